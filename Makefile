@@ -1,0 +1,41 @@
+# Two commands do all the set-up on a fresh machine with only python3:
+#   make book   build the HTML book (creates .venv and installs everything first)
+#   make test   unit tests, every notebook re-run under nbval, and a warnings-as-errors build
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# TensorFlow's C++ logging and oneDNN notices must never reach stored notebook outputs.
+export TF_CPP_MIN_LOG_LEVEL := 3
+export TF_ENABLE_ONEDNN_OPTS := 0
+export PYTHONHASHSEED := 0
+
+.PHONY: install book test unit notebooks build-strict clean
+
+$(STAMP): requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -r requirements.txt
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+install: $(STAMP)
+
+book: $(STAMP)
+	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
+	@echo "The book is at file://$(CURDIR)/_build/html/index.html"
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest tests
+
+notebooks: $(STAMP)
+	$(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg chapters
+
+build-strict: $(STAMP)
+	rm -rf _build
+	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
+
+test: unit notebooks build-strict
+
+clean:
+	rm -rf _build $(VENV)
