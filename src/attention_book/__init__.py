@@ -23,3 +23,12 @@ __all__ = [
     "words",
 ]
 __version__ = "0.1.0"
+
+from .multihead import (  # noqa: E402  (chapter 3)
+    MultiHeadAttention,
+    MultiHeadAttentionWrapper,
+    mask_from_torch,
+    stacked_multihead_attention,
+)
+
+__all__ += ["MultiHeadAttention", "MultiHeadAttentionWrapper", "mask_from_torch", "stacked_multihead_attention"]

@@ -66,6 +66,9 @@ def apply_mask(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
 def masked_softmax(scores: torch.Tensor) -> torch.Tensor:
     """Softmax over the last axis; a row that is −inf everywhere gives zeros instead of NaN."""
     empty = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (..., T, 1)
+    if not empty.any():
+        return torch.softmax(scores, dim=-1)
+    # zero the empty rows' scores first, so that neither the softmax nor its gradient sees NaN
     weights = torch.softmax(scores.masked_fill(empty, 0.0), dim=-1)
     return weights.masked_fill(empty, 0.0)
 
@@ -74,7 +77,9 @@ def attention_weights(query, key, mask=None, scale: float | None = None) -> torc
     """softmax(Q Kᵀ · scale), scale = 1/√d_k by default: shape (..., T, S) (chapter 2)."""
     check_attention_inputs(query, key, mask=mask)
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
-    scores = query @ key.transpose(-2, -1) * scale  # (..., T, S)
+    scores = (query * scale) @ key.transpose(-2, -1)  # scaling Q, not (..., T, S) scores, costs less
+    if mask is None:
+        return torch.softmax(scores, dim=-1)
     return masked_softmax(apply_mask(scores, mask))
 
 

@@ -86,3 +86,14 @@ def plot_mixing(before, after, labels, *, ax=None, title="each word pulled towar
     ax.legend()
     ax.figure.tight_layout()
     return ax
+
+
+def plot_bars(labels, values, *, ylabel, title, ax=None):
+    """A labelled bar chart with the values written on the bars (benchmark sections)."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1.6 * len(labels) + 2, 3.5))
+    bars = ax.bar(labels, values, color=plt.cm.tab10.colors[: len(labels)])
+    ax.bar_label(bars, fmt="%.3g")
+    ax.set(ylabel=ylabel, title=title)
+    ax.figure.tight_layout()
+    return ax
