@@ -32,3 +32,7 @@ from .multihead import (  # noqa: E402  (chapter 3)
 )
 
 __all__ += ["MultiHeadAttention", "MultiHeadAttentionWrapper", "mask_from_torch", "stacked_multihead_attention"]
+
+from .causal import CausalSelfAttention, causal_mask  # noqa: E402  (chapter 5)
+
+__all__ += ["CausalSelfAttention", "causal_mask"]

@@ -4,7 +4,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from .attention import check_mask, scaled_dot_product_attention
+from .attention import attention_weights, check_attention_inputs, scaled_dot_product_attention
 from .modules import SelfAttention, check_width
 
 
@@ -40,10 +40,12 @@ class MultiHeadAttention(nn.Module):
     Inputs are (..., T, E) for queries and (..., S, kdim), (..., S, vdim) for keys and values; self-attention
     when `key` and `value` are omitted, cross-attention (chapter 4) otherwise. `mask` follows the package's
     convention (boolean True = may attend, or float added to the scores) and broadcasts to (..., H, T, S).
+    `dropout` acts on the attention weights in training mode only (chapter 5); returned weights are taken
+    before it.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, kdim: int | None = None, vdim: int | None = None,
-                 bias: bool = True):
+                 bias: bool = True, dropout: float = 0.0):
         super().__init__()
         if embed_dim % num_heads:
             raise ValueError(f"embed_dim={embed_dim} is not divisible by num_heads={num_heads}: "
@@ -54,6 +56,7 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(self.kdim, embed_dim, bias=bias)
         self.v_proj = nn.Linear(self.vdim, embed_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.dropout = nn.Dropout(dropout)
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         """(..., T, E) -> (..., H, T, E/H)."""
@@ -74,11 +77,12 @@ class MultiHeadAttention(nn.Module):
         q = self.split_heads(self.q_proj(query))  # (..., H, T, E/H)
         k = self.split_heads(self.k_proj(key))  # (..., H, S, E/H)
         v = self.split_heads(self.v_proj(value))  # (..., H, S, E/H)
-        if need_weights:
-            context, weights = scaled_dot_product_attention(q, k, v, mask)  # (..., H, T, E/H), (..., H, T, S)
-            return self.out_proj(self.merge_heads(context)), weights.mean(dim=-3)
-        if mask is not None:
-            check_mask(mask, (*q.shape[:-1], k.shape[-2]))
+        check_attention_inputs(q, k, v, mask)  # errors name the per-head shapes
+        if need_weights or (self.training and self.dropout.p > 0):
+            weights = attention_weights(q, k, mask)  # (..., H, T, S)
+            context = self.dropout(weights) @ v  # (..., H, T, E/H)
+            averaged = weights.mean(dim=-3) if need_weights else None  # (..., T, S)
+            return self.out_proj(self.merge_heads(context)), averaged
         context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # fused kernel, same maths
         return self.out_proj(self.merge_heads(context)), None
 
@@ -87,7 +91,8 @@ class MultiHeadAttention(nn.Module):
         """A copy of an `nn.MultiheadAttention`'s weights in this module (chapter 3)."""
         if mha.bias_k is not None or mha.add_zero_attn:
             raise ValueError("add_bias_kv and add_zero_attn are not supported")
-        module = cls(mha.embed_dim, mha.num_heads, mha.kdim, mha.vdim, bias=mha.in_proj_bias is not None)
+        module = cls(mha.embed_dim, mha.num_heads, mha.kdim, mha.vdim, bias=mha.in_proj_bias is not None,
+                     dropout=mha.dropout)
         module.to(device=mha.out_proj.weight.device, dtype=mha.out_proj.weight.dtype)
         load_torch_weights(module, mha)
         return module

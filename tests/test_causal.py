@@ -1,0 +1,88 @@
+"""Causal attention: the future cannot leak, and it equals PyTorch's causal attention (chapter 5)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+import attention_book as ab
+
+SETTINGS = settings(max_examples=40, deadline=None)
+sizes = st.tuples(st.integers(1, 3), st.integers(2, 9), st.integers(1, 4), st.integers(1, 4), st.integers(0, 2**31 - 1))
+
+
+@SETTINGS
+@given(sizes, st.booleans())
+def test_future_tokens_cannot_leak(size, need_weights):
+    batch, t, heads, head_dim, seed = size
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    model = ab.CausalSelfAttention(heads * head_dim, heads).eval()
+    x = torch.randn(batch, t, heads * head_dim, generator=gen)
+    position = int(torch.randint(t - 1, (1,), generator=gen))  # change every token after this one
+    changed = x.clone()
+    changed[:, position + 1:] = torch.randn(batch, t - position - 1, heads * head_dim, generator=gen) * 10
+    with torch.no_grad():
+        out, _ = model(x, need_weights=need_weights)
+        out_changed, _ = model(changed, need_weights=need_weights)
+    assert torch.equal(out[:, : position + 1], out_changed[:, : position + 1])  # bit for bit
+    assert not torch.equal(out[:, position + 1:], out_changed[:, position + 1:])  # the test can fail
+
+
+@SETTINGS
+@given(sizes)
+def test_equals_sdpa_is_causal_and_nn_multihead_attention(size):
+    batch, t, heads, head_dim, seed = size
+    E = heads * head_dim
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    reference = nn.MultiheadAttention(E, heads, batch_first=True, dtype=torch.float64).eval()
+    model = ab.CausalSelfAttention(E, heads).double().eval()
+    model.attention = ab.MultiHeadAttention.from_torch(reference)
+    x = torch.randn(batch, t, E, generator=gen, dtype=torch.float64)
+    blocked_future = ~ab.causal_mask(t)  # nn.MultiheadAttention blocks where True
+    with torch.no_grad():
+        expected, expected_weights = reference(x, x, x, attn_mask=blocked_future)
+        out, weights = model(x, need_weights=True)
+        fast, _ = model(x)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(weights, expected_weights)
+    torch.testing.assert_close(fast, expected)
+    # the core, against F.scaled_dot_product_attention(is_causal=True)
+    q, k, v = (torch.randn(batch, heads, t, head_dim, generator=gen, dtype=torch.float64) for _ in "qkv")
+    ours, _ = ab.scaled_dot_product_attention(q, k, v, ab.causal_mask(t))
+    torch.testing.assert_close(ours, F.scaled_dot_product_attention(q, k, v, is_causal=True))
+
+
+@SETTINGS
+@given(st.integers(2, 10), st.integers(1, 10), st.integers(1, 6), st.integers(0, 2**31 - 1))
+def test_fewer_queries_than_keys_matches_full_recomputation(s, t, d, seed):
+    t = min(t, s)
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(s, d, generator=gen, dtype=torch.float64) for _ in "qkv")
+    full, _ = ab.scaled_dot_product_attention(q, k, v, ab.causal_mask(s))  # all S positions
+    last, _ = ab.scaled_dot_product_attention(q[-t:], k, v, ab.causal_mask(t, s))  # only the last T queries
+    torch.testing.assert_close(last, full[-t:])
+    if t < s:  # the top-left triangle of is_causal=True hides keys these queries may see
+        wrong = F.scaled_dot_product_attention(q[-t:], k, v, is_causal=True)
+        assert not torch.allclose(wrong, full[-t:])
+
+
+def test_causal_mask_shapes_and_errors():
+    assert torch.equal(ab.causal_mask(2, 4), torch.tensor([[True, True, True, False], [True, True, True, True]]))
+    with pytest.raises(ValueError, match="at least as many keys as queries, got T=5 > S=3"):
+        ab.causal_mask(5, 3)
+
+
+def test_dropout_only_in_training():
+    torch.manual_seed(0)
+    model = ab.CausalSelfAttention(8, 2, dropout=0.5)
+    x = torch.randn(2, 6, 8)
+    model.train()
+    a, b = model(x)[0], model(x)[0]
+    assert not torch.equal(a, b)  # dropout draws a new pattern each call
+    model.eval()
+    torch.testing.assert_close(model(x)[0], model(x, need_weights=True)[0])
+    assert torch.equal(model(x)[0], model(x)[0])
