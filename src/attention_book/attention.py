@@ -73,18 +73,23 @@ def masked_softmax(scores: torch.Tensor) -> torch.Tensor:
     return weights.masked_fill(empty, 0.0)
 
 
-def attention_weights(query, key, mask=None, scale: float | None = None) -> torch.Tensor:
-    """softmax(Q Kᵀ · scale), scale = 1/√d_k by default: shape (..., T, S) (chapter 2)."""
-    check_attention_inputs(query, key, mask=mask)
+def softmax_scores(query, key, mask=None, scale: float | None = None) -> torch.Tensor:
+    """softmax(Q Kᵀ · scale + mask) without input checks, for callers that made them (chapter 2)."""
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
-    scores = (query * scale) @ key.transpose(-2, -1)  # scaling Q, not (..., T, S) scores, costs less
+    scores = (query * scale) @ key.transpose(-2, -1)  # (..., T, S); scaling Q, not the scores, costs less
     if mask is None:
         return torch.softmax(scores, dim=-1)
     return masked_softmax(apply_mask(scores, mask))
 
 
+def attention_weights(query, key, mask=None, scale: float | None = None) -> torch.Tensor:
+    """softmax(Q Kᵀ · scale), scale = 1/√d_k by default: shape (..., T, S) (chapter 2)."""
+    check_attention_inputs(query, key, mask=mask)
+    return softmax_scores(query, key, mask, scale)
+
+
 def scaled_dot_product_attention(query, key, value, mask=None, scale: float | None = None):
     """softmax(Q Kᵀ / √d_k) V: returns (output (..., T, d_v), weights (..., T, S)) (chapter 2)."""
-    check_attention_inputs(query, key, value, mask)  # errors name the value's shape too
-    weights = attention_weights(query, key, mask, scale)  # (..., T, S)
+    check_attention_inputs(query, key, value, mask)
+    weights = softmax_scores(query, key, mask, scale)  # (..., T, S)
     return weights @ value, weights

@@ -4,7 +4,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from .attention import attention_weights, check_attention_inputs, scaled_dot_product_attention
+from .attention import check_attention_inputs, scaled_dot_product_attention, softmax_scores
 from .modules import SelfAttention, check_width
 
 
@@ -79,7 +79,7 @@ class MultiHeadAttention(nn.Module):
         v = self.split_heads(self.v_proj(value))  # (..., H, S, E/H)
         check_attention_inputs(q, k, v, mask)  # errors name the per-head shapes
         if need_weights or (self.training and self.dropout.p > 0):
-            weights = attention_weights(q, k, mask)  # (..., H, T, S)
+            weights = softmax_scores(q, k, mask)  # (..., H, T, S)
             context = self.dropout(weights) @ v  # (..., H, T, E/H)
             averaged = weights.mean(dim=-3) if need_weights else None  # (..., T, S)
             return self.out_proj(self.merge_heads(context)), averaged
@@ -128,7 +128,7 @@ def load_torch_weights(module: MultiHeadAttention, mha: nn.MultiheadAttention) -
 def additive_mask(mask: torch.Tensor) -> torch.Tensor:
     """A PyTorch-module mask (boolean True = blocked, or float) as a float mask (0 or −inf) (chapter 3)."""
     if mask.dtype == torch.bool:
-        return torch.zeros(mask.shape).masked_fill(mask, float("-inf"))
+        return torch.zeros(mask.shape, device=mask.device).masked_fill(mask, float("-inf"))
     return mask
 
 
