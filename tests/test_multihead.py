@@ -138,7 +138,7 @@ def test_bad_masks_are_named():
         mha(x, mask=torch.ones(5, 4, dtype=torch.bool), need_weights=False)
     with pytest.raises(TypeError, match="got dtype torch.int32"):
         mha(x, mask=torch.ones(5, 5, dtype=torch.int32))
-    with pytest.raises(ValueError, match=r"key of shape \(2, 3, 6\) has width 6, the module expects d_in=8"):
+    with pytest.raises(ValueError, match=r"key of shape \(2, 3, 6\) has width 6, the module expects kdim=8"):
         mha(x, torch.zeros(2, 3, 6))
 
 

@@ -6,10 +6,11 @@ from torch import nn
 from .attention import scaled_dot_product_attention
 
 
-def check_width(x: torch.Tensor, d_in: int, name: str = "x") -> None:
-    """Raise a clear error when the last axis of `x` is not `d_in` wide."""
-    if x.shape[-1] != d_in:
-        raise ValueError(f"{name} of shape {tuple(x.shape)} has width {x.shape[-1]}, the module expects d_in={d_in}")
+def check_width(x: torch.Tensor, width: int, name: str = "x", setting: str = "d_in") -> None:
+    """Raise a clear error, naming the module's `setting`, when the last axis of `x` is not `width` wide."""
+    if x.shape[-1] != width:
+        raise ValueError(f"{name} of shape {tuple(x.shape)} has width {x.shape[-1]}, "
+                         f"the module expects {setting}={width}")
 
 
 class SelfAttention(nn.Module):

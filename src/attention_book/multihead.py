@@ -41,39 +41,42 @@ class MultiHeadAttention(nn.Module):
     when `key` and `value` are omitted, cross-attention (chapter 4) otherwise. `mask` follows the package's
     convention (boolean True = may attend, or float added to the scores) and broadcasts to (..., H, T, S).
     `dropout` acts on the attention weights in training mode only (chapter 5); returned weights are taken
-    before it.
+    before it. `head_dim` defaults to E/H; Keras lets every head be wider (its `key_dim`, chapter 6), so the
+    heads together span H · head_dim columns, which W^O maps back to E.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, kdim: int | None = None, vdim: int | None = None,
-                 bias: bool = True, dropout: float = 0.0):
+                 bias: bool = True, dropout: float = 0.0, head_dim: int | None = None):
         super().__init__()
-        if embed_dim % num_heads:
+        if head_dim is None and embed_dim % num_heads:
             raise ValueError(f"embed_dim={embed_dim} is not divisible by num_heads={num_heads}: "
                              f"each head needs E/H = {embed_dim / num_heads:g} columns")
-        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.embed_dim, self.num_heads = embed_dim, num_heads
+        self.head_dim = head_dim or embed_dim // num_heads
         self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
-        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.k_proj = nn.Linear(self.kdim, embed_dim, bias=bias)
-        self.v_proj = nn.Linear(self.vdim, embed_dim, bias=bias)
-        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        inner = num_heads * self.head_dim  # H · d_k, which is E unless head_dim is given
+        self.q_proj = nn.Linear(embed_dim, inner, bias=bias)
+        self.k_proj = nn.Linear(self.kdim, inner, bias=bias)
+        self.v_proj = nn.Linear(self.vdim, inner, bias=bias)
+        self.out_proj = nn.Linear(inner, embed_dim, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """(..., T, E) -> (..., H, T, E/H)."""
+        """(..., T, E) -> (..., H, T, E/H); with a given head_dim, (..., T, H·d_k) -> (..., H, T, d_k)."""
         x = x.unflatten(-1, (self.num_heads, self.head_dim))  # (..., T, H, E/H)
         return x.transpose(-3, -2)  # (..., H, T, E/H)
 
     def merge_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """(..., H, T, E/H) -> (..., T, E): the concatenation of the heads."""
+        """(..., H, T, E/H) -> (..., T, E): the concatenation of the heads (H·d_k wide in general)."""
         return x.transpose(-3, -2).flatten(-2)  # (..., T, H, E/H) -> (..., T, E)
 
     def forward(self, query, key=None, value=None, mask=None, need_weights: bool = True):
         """Returns (output (..., T, E), weights averaged over heads (..., T, S) or None)."""
         key = query if key is None else key
         value = key if value is None else value
-        check_width(query, self.embed_dim, "query")
-        check_width(key, self.kdim, "key")
-        check_width(value, self.vdim, "value")
+        check_width(query, self.embed_dim, "query", "embed_dim")
+        check_width(key, self.kdim, "key", "kdim")
+        check_width(value, self.vdim, "value", "vdim")
         q = self.split_heads(self.q_proj(query))  # (..., H, T, E/H)
         k = self.split_heads(self.k_proj(key))  # (..., H, S, E/H)
         v = self.split_heads(self.v_proj(value))  # (..., H, S, E/H)

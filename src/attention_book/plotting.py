@@ -97,3 +97,20 @@ def plot_bars(labels, values, *, ylabel, title, ax=None):
     ax.set(ylabel=ylabel, title=title)
     ax.figure.tight_layout()
     return ax
+
+
+def plot_lines(x, series: dict, *, xlabel, ylabel, title, ax=None, logx=False, logy=False, marker="o"):
+    """One line per entry of `series` (label -> values over `x`): loss curves and benchmarks (chapters 6-8)."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.5))
+    for label, values in series.items():
+        ax.plot(x, _as_array(values), marker=marker, markersize=3, label=label)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    if logx:
+        ax.set_xscale("log", base=2)
+    if logy:
+        ax.set_yscale("log")
+    if len(series) > 1:
+        ax.legend()
+    ax.grid(alpha=0.3)
+    return ax
