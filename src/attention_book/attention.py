@@ -14,6 +14,19 @@ def _shape(t: torch.Tensor) -> tuple[int, ...]:
     return tuple(t.shape)
 
 
+def broadcast_shape(*shapes) -> tuple[int, ...] | None:
+    """The shape that `shapes` broadcast to, or None if they do not (`torch.broadcast_shapes` without its cost)."""
+    ndim = max(len(shape) for shape in shapes)
+    padded = [(1,) * (ndim - len(shape)) + tuple(shape) for shape in shapes]
+    result = []
+    for sizes in zip(*padded):
+        distinct = {size for size in sizes if size != 1}
+        if len(distinct) > 1:
+            return None
+        result.append(distinct.pop() if distinct else 1)
+    return tuple(result)
+
+
 def check_attention_inputs(query, key, value=None, mask=None) -> tuple[int, ...]:
     """Validate Q (..., T, d_k), K (..., S, d_k), V (..., S, d_v); return the score shape (..., T, S)."""
     value = key if value is None else value  # weights alone: only Q, K and the mask matter
@@ -30,12 +43,11 @@ def check_attention_inputs(query, key, value=None, mask=None) -> tuple[int, ...]
             f"key and value lengths differ: key {_shape(key)} has S={key.shape[-2]}, "
             f"value {_shape(value)} has S={value.shape[-2]}"
         )
-    try:
-        batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
-    except RuntimeError:
+    batch = broadcast_shape(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    if batch is None:
         raise ValueError(
             f"batch dimensions do not broadcast: query {_shape(query)}, key {_shape(key)}, value {_shape(value)}"
-        ) from None
+        )
     score_shape = (*batch, query.shape[-2], key.shape[-2])
     if mask is not None:
         check_mask(mask, score_shape)
@@ -46,11 +58,7 @@ def check_mask(mask: torch.Tensor, score_shape: tuple[int, ...]) -> None:
     """A mask must be boolean or floating and broadcast to the scores' shape (..., T, S)."""
     if not (mask.dtype == torch.bool or mask.is_floating_point()):
         raise TypeError(f"mask must be boolean (True = attend) or floating (added to scores), got dtype {mask.dtype}")
-    try:
-        fits = torch.broadcast_shapes(mask.shape, score_shape) == torch.Size(score_shape)
-    except RuntimeError:
-        fits = False
-    if not fits:
+    if broadcast_shape(mask.shape, score_shape) != tuple(score_shape):
         raise ValueError(f"mask of shape {_shape(mask)} does not broadcast to the scores' shape {score_shape} (..., T, S)")
 
 

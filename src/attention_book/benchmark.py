@@ -1,7 +1,10 @@
 """Timing for the book's benchmark sections: ratios measured in one run, never timed unit tests."""
 
+import json
+import platform
 import statistics
 import time
+from importlib import resources
 
 import torch
 from tqdm import tqdm  # plain text bar: works in a terminal, a notebook and nbval alike
@@ -18,3 +21,39 @@ def median_time(fn, repeats: int = 5, warmup: int = 1, label: str | None = None)
             fn()
             times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def machine() -> dict:
+    """What a stored measurement was taken on."""
+    return {"processor": platform.processor() or platform.machine(), "python": platform.python_version(),
+            "torch": torch.__version__.split("+")[0], "threads": torch.get_num_threads()}
+
+
+def measure_generation(model, prompt: torch.Tensor, max_new_tokens: int, progress: bool = True) -> dict:
+    """Generate greedily with and without the KV cache, in one run; seconds per step of each (chapter 7).
+
+    The two runs must produce the same tokens, otherwise the timings would compare different work.
+    """
+    from .decoder import generate
+
+    times, outputs = {}, {}
+    for use_cache in (True, False):
+        steps = []
+        outputs[use_cache] = generate(model, prompt, max_new_tokens, use_cache=use_cache, progress=progress,
+                                      step_times=steps)
+        times["cached" if use_cache else "uncached"] = steps
+    if not torch.equal(outputs[True], outputs[False]):
+        raise AssertionError("generation with and without the cache produced different tokens")
+    return {"machine": machine(), "prompt_length": prompt.shape[-1], "parameters": sum(p.numel() for p in model.parameters()),
+            "seconds_per_step": times}
+
+
+def save_result(result: dict, name: str, folder) -> None:
+    """Write a measurement as `folder/name.json` (benchmarks/ stores it in the package's data)."""
+    with open(f"{folder}/{name}.json", "w") as file:
+        json.dump(result, file, indent=1)
+
+
+def load_result(name: str) -> dict:
+    """A measurement stored with the package (`attention_book/data/name.json`), so that Colab has it too."""
+    return json.loads(resources.files("attention_book").joinpath("data", f"{name}.json").read_text())

@@ -30,7 +30,15 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         self.attention = MultiHeadAttention(embed_dim, num_heads, bias=bias, dropout=dropout)
 
-    def forward(self, x: torch.Tensor, need_weights: bool = False):
-        """Returns (output (B, T, E), head-averaged weights (B, T, T) or None)."""
-        mask = causal_mask(x.shape[-2], device=x.device)  # (T, T)
-        return self.attention(x, mask=mask, need_weights=need_weights)
+    def forward(self, x: torch.Tensor, need_weights: bool = False, cache=None):
+        """Returns (output (B, T, E), head-averaged weights (B, T, S) or None).
+
+        Without a cache S = T. With a `KVCache` (chapter 7), x holds the T newest positions and
+        S = len(cache) + T: the mask's triangle sits bottom-right.
+        """
+        num_queries = x.shape[-2]
+        num_keys = num_queries + (0 if cache is None else len(cache))
+        mask = None  # a single newest query may see every key: nothing to block
+        if num_queries > 1:
+            mask = causal_mask(num_queries, num_keys, device=x.device)  # (T, S)
+        return self.attention(x, mask=mask, need_weights=need_weights, cache=cache)

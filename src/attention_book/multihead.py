@@ -70,8 +70,12 @@ class MultiHeadAttention(nn.Module):
         """(..., H, T, E/H) -> (..., T, E): the concatenation of the heads (H·d_k wide in general)."""
         return x.transpose(-3, -2).flatten(-2)  # (..., T, H, E/H) -> (..., T, E)
 
-    def forward(self, query, key=None, value=None, mask=None, need_weights: bool = True):
-        """Returns (output (..., T, E), weights averaged over heads (..., T, S) or None)."""
+    def forward(self, query, key=None, value=None, mask=None, need_weights: bool = True, cache=None):
+        """Returns (output (..., T, E), weights averaged over heads (..., T, S) or None).
+
+        With a `KVCache` (chapter 7) the new keys and values are appended to it and the queries attend to
+        every position it holds; `mask` must then cover all of them.
+        """
         key = query if key is None else key
         value = key if value is None else value
         check_width(query, self.embed_dim, "query", "embed_dim")
@@ -80,6 +84,8 @@ class MultiHeadAttention(nn.Module):
         q = self.split_heads(self.q_proj(query))  # (..., H, T, E/H)
         k = self.split_heads(self.k_proj(key))  # (..., H, S, E/H)
         v = self.split_heads(self.v_proj(value))  # (..., H, S, E/H)
+        if cache is not None:
+            k, v = cache.append(k, v)  # every position so far: (..., H, S_cached + S, E/H)
         check_attention_inputs(q, k, v, mask)  # errors name the per-head shapes
         if need_weights or (self.training and self.dropout.p > 0):
             weights = softmax_scores(q, k, mask)  # (..., H, T, S)

@@ -1,0 +1,206 @@
+"""The small Keras decoder of chapter 6: its saved weights, its forward pass by hand, and a PyTorch port.
+
+Only `build_keras_decoder` needs TensorFlow; reading the weights and the hand-written forward pass need
+NumPy and h5py, and the port needs PyTorch.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from .causal import causal_mask
+from .multihead import MultiHeadAttention
+
+
+VOCAB = {0: "<pad>", 1: "今", 2: "天", 3: "气", 4: "好", 5: "真"}  # chapter 6's characters; 0 pads
+PINYIN = {0: "<pad>", 1: "jin", 2: "tian", 3: "qi", 4: "hao", 5: "zhen"}  # figure labels: no CJK font needed
+SENTENCE_TOKENS = [1, 2, 2, 3, 5, 4]  # 今天天气真好, "the weather is really nice today"
+
+
+@dataclass(frozen=True)
+class KerasDecoderConfig:
+    """Sizes of chapter 6's decoder: Embedding(V, E) -> MultiHeadAttention(H, key_dim) -> Dense(V, softmax)."""
+
+    vocab_size: int = 6  # 5 characters of "今天天气真好" and 0 for padding
+    embed_dim: int = 64  # E
+    num_heads: int = 2  # H
+    key_dim: int = 64  # d_k per head; here H · d_k = 128 != E
+
+
+def keras_weight_map(config: KerasDecoderConfig) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Our tensor names -> (dataset path in a Keras 3 `.weights.h5` file, expected shape) (chapter 6)."""
+    V, E, H, K = config.vocab_size, config.embed_dim, config.num_heads, config.key_dim
+    mha = "layers/multi_head_attention"
+    return {
+        "embedding": ("layers/embedding/vars/0", (V, E)),
+        "query_kernel": (f"{mha}/query_dense/vars/0", (E, H, K)),
+        "query_bias": (f"{mha}/query_dense/vars/1", (H, K)),
+        "key_kernel": (f"{mha}/key_dense/vars/0", (E, H, K)),
+        "key_bias": (f"{mha}/key_dense/vars/1", (H, K)),
+        "value_kernel": (f"{mha}/value_dense/vars/0", (E, H, K)),
+        "value_bias": (f"{mha}/value_dense/vars/1", (H, K)),
+        "output_kernel": (f"{mha}/output_dense/vars/0", (H, K, E)),
+        "output_bias": (f"{mha}/output_dense/vars/1", (E,)),
+        "dense_kernel": ("layers/dense/vars/0", (E, V)),
+        "dense_bias": ("layers/dense/vars/1", (V,)),
+    }
+
+
+class MissingDatasetError(KeyError):
+    """A dataset the name map needs is not in the weight file; the message lists those that are."""
+
+    def __str__(self) -> str:
+        return self.args[0]  # KeyError would print the repr of the message, quotes and escaped newlines
+
+
+def h5_datasets(path) -> dict[str, tuple[int, ...]]:
+    """Every dataset in an HDF5 file, path -> shape (chapter 6)."""
+    import h5py
+
+    found = {}
+    with h5py.File(path, "r") as file:
+        file.visititems(lambda name, obj: found.update({name: obj.shape}) if isinstance(obj, h5py.Dataset) else None)
+    return found
+
+
+def read_keras_weights(path, config: KerasDecoderConfig = KerasDecoderConfig()) -> dict[str, np.ndarray]:
+    """The decoder's tensors from a `.weights.h5` file, by the explicit name map, every shape checked (chapter 6)."""
+    import h5py
+
+    weights = {}
+    with h5py.File(path, "r") as file:
+        for name, (dataset, shape) in keras_weight_map(config).items():
+            if dataset not in file:
+                present = "\n  ".join(f"{p} {s}" for p, s in h5_datasets(path).items())
+                raise MissingDatasetError(f"{name}: dataset {dataset!r} is not in {path}; it has:\n  {present}")
+            array = file[dataset][()]
+            if array.shape != shape:
+                raise ValueError(f"{name} ({dataset} in {path}): expected shape {shape}, the file has {array.shape}")
+            weights[name] = array
+    return weights
+
+
+def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Softmax along `axis`, shifted by the maximum so that exp never overflows."""
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def project(x: np.ndarray, kernel: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """Keras's per-head projection: x (B, T, E) · kernel (E, H, d_k) + bias (H, d_k) -> (B, H, T, d_k)."""
+    return np.einsum("bte,ehk->bhtk", x, kernel) + bias[:, None, :]
+
+
+def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Causal attention of q (B, H, T, d_k) over k, v (B, H, S, d_k), the queries being the last T positions."""
+    T, S, d_k = q.shape[-2], k.shape[-2], q.shape[-1]
+    scores = np.einsum("bhtk,bhsk->bhts", q, k) / np.sqrt(d_k)  # (B, H, T, S)
+    allowed = np.tril(np.ones((T, S), dtype=bool), k=S - T)  # lower-triangular, bottom-right aligned
+    weights = softmax(np.where(allowed, scores, -np.inf))  # (B, H, T, S)
+    return np.einsum("bhts,bhsk->bhtk", weights, v)  # (B, H, T, d_k)
+
+
+def decoder_forward(weights: dict[str, np.ndarray], tokens: np.ndarray, cache=None) -> np.ndarray:
+    """The Keras decoder's forward pass with einsum on its saved arrays: tokens (B, T) -> probabilities (B, T, V).
+
+    With a `KVCache` (chapter 7) `tokens` are the newest T positions and attend to the cached ones too.
+    """
+    w = weights
+    x = w["embedding"][tokens]  # gather: (B, T, E)
+    q = project(x, w["query_kernel"], w["query_bias"])  # (B, H, T, d_k)
+    k = project(x, w["key_kernel"], w["key_bias"])  # (B, H, T, d_k)
+    v = project(x, w["value_kernel"], w["value_bias"])  # (B, H, T, d_k)
+    if cache is not None:
+        k, v = cache.append(k, v)  # every position so far: (B, H, S, d_k)
+    context = attend(q, k, v)  # (B, H, T, d_k)
+    attended = np.einsum("bhtk,hke->bte", context, w["output_kernel"]) + w["output_bias"]  # (B, T, E)
+    return softmax(attended @ w["dense_kernel"] + w["dense_bias"])  # (B, T, V)
+
+
+def build_keras_decoder(config: KerasDecoderConfig = KerasDecoderConfig()):
+    """Chapter 6's Keras model, uncompiled; tokens (B, T) int -> next-token probabilities (B, T, V)."""
+    import keras
+
+    tokens = keras.Input(shape=(None,), dtype="int32", name="tokens")
+    x = keras.layers.Embedding(config.vocab_size, config.embed_dim, name="embedding")(tokens)
+    attention = keras.layers.MultiHeadAttention(config.num_heads, config.key_dim, name="attention")
+    x = attention(x, x, use_causal_mask=True)
+    probabilities = keras.layers.Dense(config.vocab_size, activation="softmax", name="next_token")(x)
+    return keras.Model(tokens, probabilities, name="decoder")
+
+
+def train_keras_decoder(inputs, targets, epochs: int = 164, seed: int = 42,
+                        config: KerasDecoderConfig = KerasDecoderConfig()):
+    """Chapter 6's decoder trained with Adam on one teacher-forced sentence; returns (model, loss per epoch).
+
+    Seeded and with TensorFlow's deterministic ops, so that every run prints the same losses.
+    """
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(seed)  # Python, NumPy and TensorFlow generators
+    tf.config.experimental.enable_op_determinism()
+    model = build_keras_decoder(config)
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    losses = [float(model.train_on_batch(inputs, targets)) for _ in range(epochs)]  # one batch = one epoch
+    return model, losses
+
+
+class TorchKerasDecoder(nn.Module):
+    """Chapter 6's decoder in PyTorch, on chapter 3's `MultiHeadAttention` with head_dim = key_dim.
+
+    tokens (B, T) -> next-token probabilities (B, T, V).
+    """
+
+    def __init__(self, config: KerasDecoderConfig = KerasDecoderConfig()):
+        super().__init__()
+        self.config = config
+        self.embedding = nn.Embedding(config.vocab_size, config.embed_dim)
+        self.attention = MultiHeadAttention(config.embed_dim, config.num_heads, head_dim=config.key_dim)
+        self.dense = nn.Linear(config.embed_dim, config.vocab_size)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embedding(tokens)  # (B, T, E)
+        mask = causal_mask(tokens.shape[-1], device=tokens.device)  # (T, T)
+        attended, _ = self.attention(x, mask=mask, need_weights=False)  # (B, T, E)
+        return torch.softmax(self.dense(attended), dim=-1)  # (B, T, V)
+
+    @classmethod
+    def from_keras(cls, weights: dict[str, np.ndarray], config: KerasDecoderConfig = KerasDecoderConfig()):
+        """A port of arrays read by `read_keras_weights`, copied by `torch_from_keras_map` with shape checks."""
+        module = cls(config)
+        ours = dict(module.named_parameters())
+        with torch.no_grad():
+            for name, array in torch_from_keras_map(weights).items():
+                if ours[name].shape != array.shape:
+                    raise ValueError(f"{name}: expected shape {tuple(ours[name].shape)}, "
+                                     f"the Keras arrays give {tuple(array.shape)}")
+                ours[name].copy_(torch.from_numpy(np.ascontiguousarray(array)))
+        return module
+
+
+def torch_from_keras_map(w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Our PyTorch parameter names -> the Keras arrays rearranged for them (chapter 6).
+
+    A Keras kernel is used as x @ kernel and keeps a head axis: (E, H, d_k). `nn.Linear` stores the
+    transpose of a flat matrix, (out, in), so the kernel is flattened to (E, H·d_k), head after head, and
+    transposed; the output kernel (H, d_k, E) becomes (E, H·d_k) the same way.
+    """
+    def linear(kernel):  # (in, ...) -> (out, in)
+        return kernel.reshape(kernel.shape[0], -1).T
+
+    return {
+        "embedding.weight": w["embedding"],  # (V, E)
+        "attention.q_proj.weight": linear(w["query_kernel"]),  # (E, H, d_k) -> (H·d_k, E)
+        "attention.q_proj.bias": w["query_bias"].reshape(-1),  # (H, d_k) -> (H·d_k,)
+        "attention.k_proj.weight": linear(w["key_kernel"]),
+        "attention.k_proj.bias": w["key_bias"].reshape(-1),
+        "attention.v_proj.weight": linear(w["value_kernel"]),
+        "attention.v_proj.bias": w["value_bias"].reshape(-1),
+        "attention.out_proj.weight": w["output_kernel"].reshape(-1, w["output_kernel"].shape[-1]).T,  # (E, H·d_k)
+        "attention.out_proj.bias": w["output_bias"],  # (E,)
+        "dense.weight": w["dense_kernel"].T,  # (E, V) -> (V, E)
+        "dense.bias": w["dense_bias"],  # (V,)
+    }

@@ -1,0 +1,155 @@
+"""Multi-head attention in the three forms of chapter 3, and PyTorch's mask conventions."""
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+from .attention import check_attention_inputs, scaled_dot_product_attention, softmax_scores
+from .modules import SelfAttention, check_width
+
+
+def stacked_multihead_attention(x, W_query, W_key, W_value):
+    """H heads at once with stacked weights (H, d_k, E), (H, d_k, E), (H, d_v, E) and `torch.bmm` (chapter 3).
+
+    x (T, E) -> context vectors (H, T, d_v).
+    """
+    heads = W_query.shape[0]
+    stacked_inputs = x.T.repeat(heads, 1, 1)  # (E, T) -> (H, E, T)
+    queries = torch.bmm(W_query, stacked_inputs).permute(0, 2, 1)  # (H, d_k, T) -> (H, T, d_k)
+    keys = torch.bmm(W_key, stacked_inputs).permute(0, 2, 1)  # (H, T, d_k)
+    values = torch.bmm(W_value, stacked_inputs).permute(0, 2, 1)  # (H, T, d_v)
+    context, _ = scaled_dot_product_attention(queries, keys, values)
+    return context  # (H, T, d_v)
+
+
+class MultiHeadAttentionWrapper(nn.Module):
+    """`num_heads` independent `SelfAttention` heads, outputs concatenated (chapter 3)."""
+
+    def __init__(self, d_in: int, d_out_kq: int, d_out_v: int, num_heads: int):
+        super().__init__()
+        self.heads = nn.ModuleList([SelfAttention(d_in, d_out_kq, d_out_v) for _ in range(num_heads)])
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x (..., T, d_in) -> (..., T, H · d_v)."""
+        return torch.cat([head(x, mask) for head in self.heads], dim=-1)
+
+
+class MultiHeadAttention(nn.Module):
+    """Fused multi-head attention: one projection of width E split into H heads of E/H, then W^O (chapter 3).
+
+    Inputs are (..., T, E) for queries and (..., S, kdim), (..., S, vdim) for keys and values; self-attention
+    when `key` and `value` are omitted, cross-attention (chapter 4) otherwise. `mask` follows the package's
+    convention (boolean True = may attend, or float added to the scores) and broadcasts to (..., H, T, S).
+    `dropout` acts on the attention weights in training mode only (chapter 5); returned weights are taken
+    before it. `head_dim` defaults to E/H; Keras lets every head be wider (its `key_dim`, chapter 6), so the
+    heads together span H · head_dim columns, which W^O maps back to E.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, kdim: int | None = None, vdim: int | None = None,
+                 bias: bool = True, dropout: float = 0.0, head_dim: int | None = None):
+        super().__init__()
+        if head_dim is None and embed_dim % num_heads:
+            raise ValueError(f"embed_dim={embed_dim} is not divisible by num_heads={num_heads}: "
+                             f"each head needs E/H = {embed_dim / num_heads:g} columns")
+        self.embed_dim, self.num_heads = embed_dim, num_heads
+        self.head_dim = head_dim or embed_dim // num_heads
+        self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
+        inner = num_heads * self.head_dim  # H · d_k, which is E unless head_dim is given
+        self.q_proj = nn.Linear(embed_dim, inner, bias=bias)
+        self.k_proj = nn.Linear(self.kdim, inner, bias=bias)
+        self.v_proj = nn.Linear(self.vdim, inner, bias=bias)
+        self.out_proj = nn.Linear(inner, embed_dim, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(..., T, E) -> (..., H, T, E/H); with a given head_dim, (..., T, H·d_k) -> (..., H, T, d_k)."""
+        x = x.unflatten(-1, (self.num_heads, self.head_dim))  # (..., T, H, E/H)
+        return x.transpose(-3, -2)  # (..., H, T, E/H)
+
+    def merge_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """(..., H, T, E/H) -> (..., T, E): the concatenation of the heads (H·d_k wide in general)."""
+        return x.transpose(-3, -2).flatten(-2)  # (..., T, H, E/H) -> (..., T, E)
+
+    def forward(self, query, key=None, value=None, mask=None, need_weights: bool = True, cache=None):
+        """Returns (output (..., T, E), weights averaged over heads (..., T, S) or None).
+
+        With a `KVCache` (chapter 7) the new keys and values are appended to it and the queries attend to
+        every position it holds; `mask` must then cover all of them.
+        """
+        key = query if key is None else key
+        value = key if value is None else value
+        check_width(query, self.embed_dim, "query", "embed_dim")
+        check_width(key, self.kdim, "key", "kdim")
+        check_width(value, self.vdim, "value", "vdim")
+        q = self.split_heads(self.q_proj(query))  # (..., H, T, E/H)
+        k = self.split_heads(self.k_proj(key))  # (..., H, S, E/H)
+        v = self.split_heads(self.v_proj(value))  # (..., H, S, E/H)
+        if cache is not None:
+            k, v = cache.append(k, v)  # every position so far: (..., H, S_cached + S, E/H)
+        check_attention_inputs(q, k, v, mask)  # errors name the per-head shapes
+        if need_weights or (self.training and self.dropout.p > 0):
+            weights = softmax_scores(q, k, mask)  # (..., H, T, S)
+            context = self.dropout(weights) @ v  # (..., H, T, E/H)
+            averaged = weights.mean(dim=-3) if need_weights else None  # (..., T, S)
+            return self.out_proj(self.merge_heads(context)), averaged
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # fused kernel, same maths
+        return self.out_proj(self.merge_heads(context)), None
+
+    @classmethod
+    def from_torch(cls, mha: nn.MultiheadAttention) -> "MultiHeadAttention":
+        """A copy of an `nn.MultiheadAttention`'s weights in this module (chapter 3)."""
+        if mha.bias_k is not None or mha.add_zero_attn:
+            raise ValueError("add_bias_kv and add_zero_attn are not supported")
+        module = cls(mha.embed_dim, mha.num_heads, mha.kdim, mha.vdim, bias=mha.in_proj_bias is not None,
+                     dropout=mha.dropout)
+        module.to(device=mha.out_proj.weight.device, dtype=mha.out_proj.weight.dtype)
+        load_torch_weights(module, mha)
+        return module
+
+
+def torch_weight_map(mha: nn.MultiheadAttention) -> dict[str, torch.Tensor]:
+    """Our parameter names -> the `nn.MultiheadAttention` tensors they come from (chapter 3)."""
+    E = mha.embed_dim
+    if mha._qkv_same_embed_dim:  # packed: in_proj_weight (3E, E) holds W_Q, W_K, W_V one under another
+        q_w, k_w, v_w = mha.in_proj_weight[:E], mha.in_proj_weight[E:2 * E], mha.in_proj_weight[2 * E:]
+    else:  # kdim or vdim differ from E: three separate matrices
+        q_w, k_w, v_w = mha.q_proj_weight, mha.k_proj_weight, mha.v_proj_weight
+    names = {"q_proj.weight": q_w, "k_proj.weight": k_w, "v_proj.weight": v_w,
+             "out_proj.weight": mha.out_proj.weight}
+    if mha.in_proj_bias is not None:
+        b = mha.in_proj_bias  # (3E,)
+        names |= {"q_proj.bias": b[:E], "k_proj.bias": b[E:2 * E], "v_proj.bias": b[2 * E:],
+                  "out_proj.bias": mha.out_proj.bias}
+    return names
+
+
+def load_torch_weights(module: MultiHeadAttention, mha: nn.MultiheadAttention) -> None:
+    """Copy tensors by the explicit name map, checking every shape."""
+    ours = dict(module.named_parameters())
+    with torch.no_grad():
+        for name, source in torch_weight_map(mha).items():
+            if ours[name].shape != source.shape:
+                raise ValueError(f"{name}: expected shape {tuple(ours[name].shape)}, "
+                                 f"nn.MultiheadAttention has {tuple(source.shape)}")
+            ours[name].copy_(source)
+
+
+def additive_mask(mask: torch.Tensor) -> torch.Tensor:
+    """A PyTorch-module mask (boolean True = blocked, or float) as a float mask (0 or −inf) (chapter 3)."""
+    if mask.dtype == torch.bool:
+        return torch.zeros(mask.shape, device=mask.device).masked_fill(mask, float("-inf"))
+    return mask
+
+
+def mask_from_torch(attn_mask=None, key_padding_mask=None, num_heads: int = 1):
+    """`nn.MultiheadAttention`'s attn_mask (T, S) or (B·H, T, S) and key_padding_mask (B, S), both with
+    True = blocked, combined into one float mask for this package, shaped to broadcast to (B, H, T, S)."""
+    total = None
+    if attn_mask is not None:
+        total = additive_mask(attn_mask)
+        if total.dim() == 3:  # (B·H, T, S) -> (B, H, T, S)
+            total = total.unflatten(0, (-1, num_heads))
+    if key_padding_mask is not None:
+        padding = additive_mask(key_padding_mask)[:, None, None, :]  # (B, S) -> (B, 1, 1, S)
+        total = padding if total is None else total + padding
+    return total

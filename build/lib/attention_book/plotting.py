@@ -1,0 +1,116 @@
+"""Figures shared by every chapter, so that all plots look alike."""
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+
+def _as_array(matrix) -> np.ndarray:
+    if hasattr(matrix, "detach"):
+        matrix = matrix.detach().cpu().numpy()
+    return np.asarray(matrix)
+
+
+def plot_heatmap(matrix, row_labels, col_labels, *, ax=None, title=None, xlabel="key", ylabel="query",
+                 cmap="viridis", annotate=True, fmt="{:.2f}"):
+    """A matrix with labelled rows and columns and its values written in the cells (chapters 1-5)."""
+    values = _as_array(matrix)
+    if values.shape != (len(row_labels), len(col_labels)):
+        raise ValueError(f"matrix of shape {values.shape} does not match {len(row_labels)} row and "
+                         f"{len(col_labels)} column labels")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(0.75 * len(col_labels) + 2.0, 0.6 * len(row_labels) + 1.5))
+    image = ax.imshow(values, cmap=cmap)
+    ax.set_xticks(range(len(col_labels)), labels=col_labels, rotation=45, ha="right")
+    ax.set_yticks(range(len(row_labels)), labels=row_labels)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    if annotate:
+        middle = (np.nanmax(values) + np.nanmin(values)) / 2
+        for (i, j), v in np.ndenumerate(values):
+            ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=8,
+                    color="black" if v > middle else "white")
+    ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    ax.figure.tight_layout()
+    return ax
+
+
+def plot_attention(weights, query_tokens, key_tokens=None, *, ax=None, title="attention weights"):
+    """Attention weights (T, S) with the query tokens down and the key tokens across (chapters 2-5)."""
+    key_tokens = query_tokens if key_tokens is None else key_tokens
+    return plot_heatmap(weights, query_tokens, key_tokens, ax=ax, title=title, cmap="Blues")
+
+
+def plot_scaling(d_ks, variances, unscaled, scaled):
+    """The √d_k argument in three panels (chapter 2).
+
+    `variances[i]` is Var(q·k) at d_ks[i]; `unscaled`/`scaled` are lists of (max weight, Jacobian norm).
+    """
+    fig, (ax_var, ax_max, ax_grad) = plt.subplots(1, 3, figsize=(13, 3.6))
+    ax_var.plot(d_ks, variances, "o-", label="measured Var(q·k)")
+    ax_var.plot(d_ks, d_ks, "k--", label="d_k")
+    ax_var.set(xscale="log", yscale="log", xlabel="d_k", title="variance of a dot product")
+    for data, style, name in ((unscaled, "o-", "q·k"), (scaled, "s-", "q·k / √d_k")):
+        ax_max.plot(d_ks, [m for m, _ in data], style, label=name)
+        ax_grad.plot(d_ks, [g for _, g in data], style, label=name)
+    ax_max.set(xscale="log", xlabel="d_k", ylim=(0, 1.05), title="largest softmax weight")
+    ax_grad.set(xscale="log", xlabel="d_k", ylim=(0, None), title="‖∂softmax/∂scores‖")
+    for ax in (ax_var, ax_max, ax_grad):
+        ax.legend()
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def principal_plane(x) -> np.ndarray:
+    """The two leading principal directions of the rows of `x` (T, E), as an (E, 2) matrix."""
+    centred = x - x.mean(axis=0)
+    _, _, vt = np.linalg.svd(centred, full_matrices=False)
+    return vt[:2].T  # (E, 2)
+
+
+def plot_mixing(before, after, labels, *, ax=None, title="each word pulled towards its neighbours"):
+    """Word vectors before and after attention, projected on the principal plane of `before` (chapter 1)."""
+    before, after = _as_array(before), _as_array(after)
+    plane = principal_plane(before)
+    p0, p1 = (before - before.mean(axis=0)) @ plane, (after - before.mean(axis=0)) @ plane  # (T, 2)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.5, 4.5))
+    ax.scatter(p0[:, 0], p0[:, 1], color="tab:blue", label="embedding")
+    ax.scatter(p1[:, 0], p1[:, 1], color="tab:orange", label="after mixing")
+    for (x0, y0), (x1, y1), label in zip(p0, p1, labels):
+        ax.annotate("", xy=(x1, y1), xytext=(x0, y0), arrowprops=dict(arrowstyle="->", color="gray"))
+        ax.annotate(label, (x0, y0), textcoords="offset points", xytext=(4, 4))
+    ax.set(xlabel="principal direction 1", ylabel="principal direction 2", title=title)
+    ax.legend()
+    ax.figure.tight_layout()
+    return ax
+
+
+def plot_bars(labels, values, *, ylabel, title, ax=None):
+    """A labelled bar chart with the values written on the bars (benchmark sections)."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(1.6 * len(labels) + 2, 3.5))
+    bars = ax.bar(labels, values, color=plt.cm.tab10.colors[: len(labels)])
+    ax.bar_label(bars, fmt="%.3g")
+    ax.set(ylabel=ylabel, title=title)
+    ax.figure.tight_layout()
+    return ax
+
+
+def plot_lines(x, series: dict, *, xlabel, ylabel, title, ax=None, logx=False, logy=False, marker="o"):
+    """One line per entry of `series` (label -> values over `x`): loss curves and benchmarks (chapters 6-8)."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.5))
+    for label, values in series.items():
+        ax.plot(x, _as_array(values), marker=marker, markersize=3, label=label)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    if logx:
+        ax.set_xscale("log", base=2)
+    if logy:
+        ax.set_yscale("log")
+    if len(series) > 1:
+        ax.legend()
+    ax.grid(alpha=0.3)
+    return ax

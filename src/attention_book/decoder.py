@@ -1,0 +1,118 @@
+"""A small GPT-style decoder built from the package, and text generation with and without a KV cache (chapter 7)."""
+
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from tqdm import trange
+
+from .causal import CausalSelfAttention
+from .kv_cache import KVCache
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    """Sizes of chapter 7's decoder; the defaults give about 3.4 million parameters."""
+
+    vocab_size: int = 256  # V: one token per byte
+    context_length: int = 1152  # longest sequence: position embeddings and the cache's max_length
+    embed_dim: int = 256  # E
+    num_heads: int = 4  # H, so E/H = 64
+    num_layers: int = 4
+    dropout: float = 0.0  # on the attention weights, in training mode only
+
+
+class DecoderBlock(nn.Module):
+    """Pre-norm transformer block: x + attention(norm(x)), then x + MLP(norm(x)) (chapter 7)."""
+
+    def __init__(self, config: DecoderConfig):
+        super().__init__()
+        E = config.embed_dim
+        self.norm1, self.norm2 = nn.LayerNorm(E), nn.LayerNorm(E)
+        self.attention = CausalSelfAttention(E, config.num_heads, dropout=config.dropout)
+        self.mlp = nn.Sequential(nn.Linear(E, 4 * E), nn.GELU(), nn.Linear(4 * E, E))
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """x (B, T, E) -> (B, T, E)."""
+        attended, _ = self.attention(self.norm1(x), cache=cache)
+        x = x + attended
+        return x + self.mlp(self.norm2(x))
+
+
+class Decoder(nn.Module):
+    """Token and position embeddings, `num_layers` blocks, a final norm and the next-token head (chapter 7)."""
+
+    def __init__(self, config: DecoderConfig = DecoderConfig()):
+        super().__init__()
+        self.config = config
+        self.token_embedding = nn.Embedding(config.vocab_size, config.embed_dim)
+        self.position_embedding = nn.Embedding(config.context_length, config.embed_dim)
+        self.blocks = nn.ModuleList([DecoderBlock(config) for _ in range(config.num_layers)])
+        self.norm = nn.LayerNorm(config.embed_dim)
+        self.head = nn.Linear(config.embed_dim, config.vocab_size, bias=False)
+
+    def new_caches(self) -> list[KVCache]:
+        """One empty cache per layer, as long as the context."""
+        return [KVCache(self.config.context_length) for _ in self.blocks]
+
+    def forward(self, tokens: torch.Tensor, caches: list[KVCache] | None = None) -> torch.Tensor:
+        """tokens (B, T) -> next-token logits (B, T, V).
+
+        With caches, `tokens` are the newest T positions, placed after the len(caches[0]) already stored.
+        """
+        start = 0 if caches is None else len(caches[0])
+        end = start + tokens.shape[-1]
+        if end > self.config.context_length:
+            raise ValueError(f"positions {start}..{end - 1} exceed context_length={self.config.context_length} "
+                             f"(the last position is {self.config.context_length - 1})")
+        positions = torch.arange(start, end, device=tokens.device)  # (T,)
+        x = self.token_embedding(tokens) + self.position_embedding(positions)  # (B, T, E)
+        for i, block in enumerate(self.blocks):
+            x = block(x, None if caches is None else caches[i])
+        return self.head(self.norm(x))  # (B, T, V)
+
+
+def next_token(logits: torch.Tensor, temperature: float = 0.0, generator: torch.Generator | None = None):
+    """Greedy (temperature 0) or sampled choice from logits (B, V) -> tokens (B, 1)."""
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    probabilities = torch.softmax(logits / temperature, dim=-1)  # (B, V)
+    return torch.multinomial(probabilities, 1, generator=generator)
+
+
+@torch.inference_mode()
+def generate(model: Decoder, prompt: torch.Tensor, max_new_tokens: int, use_cache: bool = True,
+             temperature: float = 0.0, generator: torch.Generator | None = None, progress: bool = False,
+             step_times: list | None = None) -> torch.Tensor:
+    """Continue `prompt` (B, T0) by `max_new_tokens` tokens -> (B, T0 + max_new_tokens) (chapter 7).
+
+    With the cache, the prompt is run once (prefill) and every later step feeds only the newest token
+    (decode); without it every step runs the whole sequence. `step_times`, if given, receives the
+    seconds each step took.
+    """
+    caches = model.new_caches() if use_cache else None
+    tokens, fresh = prompt, prompt  # fresh: the positions the model has not seen yet
+    for _ in trange(max_new_tokens, disable=not progress, desc="with cache" if use_cache else "without cache"):
+        start = time.perf_counter()
+        logits = model(fresh if use_cache else tokens, caches)[:, -1]  # (B, V): the last position only
+        chosen = next_token(logits, temperature, generator)  # (B, 1)
+        tokens = torch.cat([tokens, chosen], dim=-1)  # (B, T + 1)
+        fresh = chosen
+        if step_times is not None:
+            step_times.append(time.perf_counter() - start)
+    return tokens
+
+
+@torch.inference_mode()
+def cached_vs_full(model: Decoder, tokens: torch.Tensor, prefill: int = 1) -> list[float]:
+    """Feed `tokens` (B, T) through the cache, `prefill` first and then one by one; at every step compare the
+    newest logits with a full recomputation of the prefix. Returns the largest difference of each step."""
+    caches = model.new_caches()
+    differences = []
+    for end in range(prefill, tokens.shape[-1] + 1):
+        begin = 0 if end == prefill else end - 1
+        cached = model(tokens[:, begin:end], caches)[:, -1]  # (B, V)
+        full = model(tokens[:, :end])[:, -1]  # (B, V)
+        differences.append((cached - full).abs().max().item())
+    return differences
