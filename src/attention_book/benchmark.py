@@ -56,4 +56,24 @@ def save_result(result: dict, name: str, folder) -> None:
 
 def load_result(name: str) -> dict:
     """A measurement stored with the package (`attention_book/data/name.json`), so that Colab has it too."""
-    return json.loads(resources.files("attention_book").joinpath("data", f"{name}.json").read_text())
+    path = resources.files("attention_book").joinpath("data", f"{name}.json")
+    if not path.is_file():
+        raise FileNotFoundError(f"no stored measurement {name!r}: {path} does not exist")
+    return json.loads(path.read_text())
+
+
+def interleaved_medians(functions: dict, repeats: int = 5) -> dict:
+    """Median seconds of each of `functions` (name -> callable), run in turn `repeats` times (chapter 8).
+
+    Interleaving spreads the machine's slow moments over all of them, so their ratios stay fair.
+    """
+    times = {name: [] for name in functions}
+    with torch.inference_mode():
+        for fn in functions.values():
+            fn()  # warm-up
+        for _ in range(repeats):
+            for name, fn in functions.items():
+                start = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(seconds) for name, seconds in times.items()}

@@ -1,0 +1,83 @@
+"""Exact attention without the T × S score matrix: online softmax and tiling (chapter 8).
+
+Milakov & Gimelshein (2018), "Online normalizer calculation for softmax"; Dao et al. (2022), FlashAttention.
+"""
+
+import math
+
+import torch
+
+from .attention import check_attention_inputs, scaled_dot_product_attention
+from .causal import causal_mask
+
+
+def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Softmax over the last axis, reading it `block_size` entries at a time (chapter 8).
+
+    Keeps a running maximum m and a running sum l of exp(x − m); when a block raises the maximum, the
+    sum so far is rescaled by exp(m_old − m_new). One pass gives m and l; the result is exp(x − m) / l.
+    """
+    check_block_size(block_size, "block_size")
+    m = torch.full(x.shape[:-1] + (1,), float("-inf"), dtype=x.dtype, device=x.device)  # (..., 1)
+    l = torch.zeros_like(m)  # (..., 1)
+    for start in range(0, x.shape[-1], block_size):
+        block = x[..., start:start + block_size]  # (..., b)
+        m_new = torch.maximum(m, block.amax(dim=-1, keepdim=True))
+        l = l * torch.exp(m - m_new) + torch.exp(block - m_new).sum(dim=-1, keepdim=True)
+        m = m_new
+    return torch.exp(x - m) / l
+
+
+def check_block_size(size: int, name: str) -> None:
+    if not isinstance(size, int) or size < 1:
+        raise ValueError(f"{name} must be a positive integer, got {size!r}")
+
+
+def naive_attention(query, key, value, causal: bool = False) -> torch.Tensor:
+    """The textbook form, which stores the whole (..., T, S) score matrix (chapters 2 and 5)."""
+    mask = causal_mask(query.shape[-2], key.shape[-2], device=query.device) if causal else None  # (T, S)
+    output, _ = scaled_dot_product_attention(query, key, value, mask)
+    return output
+
+
+def tiled_attention(query, key, value, causal: bool = False, block_q: int = 256, block_k: int = 256):
+    """Exact attention computed block by block with online softmax; never more than (block_q, block_k)
+    scores per head at once (chapter 8).
+
+    query (..., T, d_k), key (..., S, d_k), value (..., S, d_v) -> (..., T, d_v). With `causal`, the
+    queries are the last T of S positions (chapter 5's bottom-right mask), and key blocks wholly in a
+    query block's future are skipped.
+    """
+    score_shape = check_attention_inputs(query, key, value)  # (..., T, S)
+    check_block_size(block_q, "block_q")
+    check_block_size(block_k, "block_k")
+    T, S, d_k, d_v = query.shape[-2], key.shape[-2], query.shape[-1], value.shape[-1]
+    if causal and T > S:
+        raise ValueError(f"causal attention needs at least as many keys as queries, got T={T} > S={S}")
+    batch = score_shape[:-2]
+    q = query.expand(*batch, T, d_k).reshape(-1, T, d_k)  # (N, T, d_k), N = prod(batch); a view, no copy
+    k_t = key.expand(*batch, S, d_k).reshape(-1, S, d_k).transpose(1, 2)  # (N, d_k, S)
+    v = value.expand(*batch, S, d_v).reshape(-1, S, d_v)  # (N, S, d_v), a view too
+    output = torch.empty(q.shape[0], T, d_v, dtype=q.dtype, device=q.device)  # (N, T, d_v)
+    offset = S - T  # query i sits at position offset + i
+    for i in range(0, T, block_q):
+        q_block = q[:, i:i + block_q] * (1 / math.sqrt(d_k))  # scaled here, one block at a time: (N, n, d_k)
+        n = q_block.shape[1]
+        m = torch.full((q.shape[0], n, 1), float("-inf"), dtype=q.dtype, device=q.device)  # running max
+        l = torch.zeros_like(m)  # running sum of exp(score − m)
+        acc = torch.zeros(q.shape[0], n, d_v, dtype=q.dtype, device=q.device)  # running unnormalised output
+        last_key = offset + i + n if causal else S  # keys at or after it are every query's future
+        for j in range(0, last_key, block_k):
+            scores = torch.bmm(q_block, k_t[:, :, j:j + block_k])  # (N, n, b)
+            if causal and j + scores.shape[-1] - 1 > offset + i:  # the block crosses the diagonal
+                query_pos = torch.arange(offset + i, offset + i + n, device=q.device)[:, None]  # (n, 1)
+                key_pos = torch.arange(j, j + scores.shape[-1], device=q.device)[None, :]  # (1, b)
+                scores.masked_fill_(key_pos > query_pos, float("-inf"))
+            m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))  # (N, n, 1)
+            rescale = torch.exp(m - m_new)  # how much the old maximum overestimated: (N, n, 1)
+            p = scores.sub_(m_new).exp_()  # in place: (N, n, b)
+            l.mul_(rescale).add_(p.sum(dim=-1, keepdim=True))
+            acc.mul_(rescale).baddbmm_(p, v[:, j:j + block_k])  # acc · rescale + p V_j
+            m = m_new
+        output[:, i:i + block_q] = acc.div_(l)
+    return output.reshape(*batch, T, d_v)  # (N, T, d_v) -> (..., T, d_v)

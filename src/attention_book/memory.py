@@ -1,0 +1,72 @@
+"""Peak memory of one attention call, measured in a fresh process (chapter 8).
+
+A fresh interpreter per measurement: nothing allocated earlier (caches, other methods' buffers) can
+hide or inflate the peak. Linux only: it resets and reads the kernel's peak-RSS counter (VmHWM).
+
+    python -m attention_book.memory tiled 4096 --heads 8 --head-dim 64 [--causal]
+prints the bytes by which the process's peak resident memory exceeded its size just before the call.
+"""
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+
+import torch
+
+from .efficient import naive_attention, tiled_attention
+
+METHODS = {
+    "naive": naive_attention,
+    "tiled": tiled_attention,
+    "sdpa": lambda q, k, v, causal: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal),
+}
+
+
+def _status_bytes(key: str) -> int:
+    with open("/proc/self/status") as file:
+        return int(re.search(rf"^{key}:\s+(\d+) kB", file.read(), re.M).group(1)) * 1024
+
+
+def peak_extra_bytes(method: str, length: int, heads: int, head_dim: int, causal: bool) -> int:
+    """In this process: peak resident memory of one call above the memory held just before it."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, heads, length, head_dim) for _ in range(3))  # (B, H, T, d)
+    with torch.inference_mode():
+        METHODS[method](q[..., :8, :], k[..., :8, :], v[..., :8, :], causal)  # load kernels and thread pools first
+        with open("/proc/self/clear_refs", "w") as file:
+            file.write("5")  # reset the peak (VmHWM) to the current resident size
+        before = _status_bytes("VmRSS")
+        output = METHODS[method](q, k, v, causal)
+        peak = _status_bytes("VmHWM")
+    del output
+    return peak - before
+
+
+def measure_peak_memory(method: str, length: int, heads: int = 8, head_dim: int = 64, causal: bool = False) -> int:
+    """`peak_extra_bytes` in a fresh Python process (chapter 8)."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
+    command = [sys.executable, "-m", "attention_book.memory", method, str(length), "--heads", str(heads),
+               "--head-dim", str(head_dim)] + (["--causal"] if causal else [])
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr}")
+    return json.loads(done.stdout)["peak_extra_bytes"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("method", choices=sorted(METHODS))
+    parser.add_argument("length", type=int)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--head-dim", type=int, default=64)
+    parser.add_argument("--causal", action="store_true")
+    args = parser.parse_args()
+    extra = peak_extra_bytes(args.method, args.length, args.heads, args.head_dim, args.causal)
+    print(json.dumps({"peak_extra_bytes": extra}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""Chapter 8's tiled attention as one Triton kernel for CUDA GPUs (FlashAttention's forward pass).
+
+Each program instance owns one block of queries of one (batch, head) and walks over the key blocks with
+the online softmax of `efficient.tiled_attention`; scores live only in registers. Import needs the
+`triton` package; running needs a CUDA GPU, or `TRITON_INTERPRET=1` (set before importing triton), which
+runs the same kernel on the CPU, slowly, and is how the tests check it on machines without a GPU.
+
+Dao et al. (2022), "FlashAttention"; Dao (2023), "FlashAttention-2".
+"""
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from .attention import check_attention_inputs
+
+LOG2_E = 1.4426950408889634  # exp(x) = 2^(x · log2 e); exp2 is the GPU's native instruction
+
+
+@triton.jit
+def _attend_block(acc, m, l, q, k_ptrs, v_ptrs, offs_q, offs_k, start, S, offset, qk_scale,
+                  MASKED: tl.constexpr, CAUSAL: tl.constexpr, stride_ks, stride_vs, BLOCK_K: tl.constexpr):
+    """One key block: scores, online-softmax update of (m, l) and of the unnormalised output acc."""
+    key_pos = start + offs_k  # (BLOCK_K,)
+    k = tl.load(k_ptrs + start * stride_ks, mask=key_pos[None, :] < S, other=0.0)  # (d, BLOCK_K)
+    scores = tl.dot(q, k) * qk_scale  # (BLOCK_Q, BLOCK_K), log2 units
+    if MASKED:  # the block crosses the diagonal or the end of the keys
+        allowed = key_pos[None, :] < S  # (1, BLOCK_K)
+        if CAUSAL:
+            allowed = allowed & (key_pos[None, :] <= offs_q[:, None] + offset)  # (BLOCK_Q, BLOCK_K)
+        scores = tl.where(allowed, scores, float("-inf"))
+    m_new = tl.maximum(m, tl.max(scores, 1))  # (BLOCK_Q,)
+    rescale = tl.math.exp2(m - m_new)
+    p = tl.math.exp2(scores - m_new[:, None])  # (BLOCK_Q, BLOCK_K)
+    l = l * rescale + tl.sum(p, 1)
+    v = tl.load(v_ptrs + start * stride_vs, mask=key_pos[:, None] < S, other=0.0)  # (BLOCK_K, d)
+    acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v)
+    return acc, m_new, l
+
+
+@triton.jit
+def _attention_kernel(Q, K, V, O, stride_qb, stride_qt, stride_kb, stride_ks, stride_vb, stride_vs,
+                      stride_ob, stride_ot, T, S, qk_scale,
+                      CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr):
+    block = tl.program_id(0)  # which block of queries
+    bh = tl.program_id(1)  # which (batch, head)
+    offs_q = block * BLOCK_Q + tl.arange(0, BLOCK_Q)  # (BLOCK_Q,)
+    offs_k = tl.arange(0, BLOCK_K)  # (BLOCK_K,)
+    offs_d = tl.arange(0, HEAD_DIM)  # (d,)
+    q = tl.load(Q + bh * stride_qb + offs_q[:, None] * stride_qt + offs_d[None, :],
+                mask=offs_q[:, None] < T, other=0.0)  # (BLOCK_Q, d)
+    k_ptrs = K + bh * stride_kb + offs_k[None, :] * stride_ks + offs_d[:, None]  # K transposed: (d, BLOCK_K)
+    v_ptrs = V + bh * stride_vb + offs_k[:, None] * stride_vs + offs_d[None, :]  # (BLOCK_K, d)
+    m = tl.full([BLOCK_Q], float("-inf"), dtype=tl.float32)  # running maximum
+    l = tl.zeros([BLOCK_Q], dtype=tl.float32)  # running sum
+    acc = tl.zeros([BLOCK_Q, HEAD_DIM], dtype=tl.float32)  # running unnormalised output
+    offset = S - T  # query i sits at position offset + i (chapter 5's bottom-right mask)
+    if CAUSAL:
+        first_query = offset + block * BLOCK_Q
+        # Key blocks wholly in the past of every query of this block: no mask needed.
+        unmasked_end = (first_query + 1) // BLOCK_K * BLOCK_K
+        unmasked_end = tl.minimum(unmasked_end, (S // BLOCK_K) * BLOCK_K)
+        end = tl.minimum(first_query + BLOCK_Q, S)  # later keys are every query's future
+    else:
+        unmasked_end = (S // BLOCK_K) * BLOCK_K
+        end = S
+    for start in range(0, unmasked_end, BLOCK_K):
+        acc, m, l = _attend_block(acc, m, l, q, k_ptrs, v_ptrs, offs_q, offs_k, start, S, offset, qk_scale,
+                                  False, CAUSAL, stride_ks, stride_vs, BLOCK_K)
+    for start in range(unmasked_end, end, BLOCK_K):  # the diagonal and the ragged end
+        acc, m, l = _attend_block(acc, m, l, q, k_ptrs, v_ptrs, offs_q, offs_k, start, S, offset, qk_scale,
+                                  True, CAUSAL, stride_ks, stride_vs, BLOCK_K)
+    out = acc / l[:, None]
+    tl.store(O + bh * stride_ob + offs_q[:, None] * stride_ot + offs_d[None, :], out.to(O.dtype.element_ty),
+             mask=offs_q[:, None] < T)
+
+
+def triton_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, causal: bool = False,
+                     block_q: int = 128, block_k: int = 64, num_warps: int | None = None, num_stages: int = 3):
+    """softmax(Q Kᵀ / √d) V with one Triton kernel; query (B, H, T, d), key and value (B, H, S, d) (chapter 8).
+
+    fp16, bf16 or fp32 on a CUDA device (or on the CPU under TRITON_INTERPRET=1); d a power of two from
+    16 to 256. With `causal`, the queries are the last T of S positions.
+    """
+    check_attention_inputs(query, key, value)
+    if not (query.shape[:-2] == key.shape[:-2] == value.shape[:-2] and query.dim() == 4):
+        raise ValueError(f"triton_attention wants (B, H, T, d) inputs with equal B and H, got query "
+                         f"{tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}")
+    d = query.shape[-1]
+    if value.shape[-1] != d or d not in (16, 32, 64, 128, 256):
+        raise ValueError(f"head_dim must be the same power of two (16 to 256) for queries and values, "
+                         f"got d_k={d}, d_v={value.shape[-1]}")
+    T, S = query.shape[-2], key.shape[-2]
+    if causal and T > S:
+        raise ValueError(f"causal attention needs at least as many keys as queries, got T={T} > S={S}")
+    q, k, v = (t.flatten(0, 1).contiguous() for t in (query, key, value))  # (B·H, T or S, d)
+    out = torch.empty_like(q)  # (B·H, T, d)
+    grid = (triton.cdiv(T, block_q), q.shape[0])
+    _attention_kernel[grid](q, k, v, out, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0),
+                            v.stride(1), out.stride(0), out.stride(1), T, S, LOG2_E / math.sqrt(d),
+                            CAUSAL=causal, HEAD_DIM=d, BLOCK_Q=block_q, BLOCK_K=block_k,
+                            num_warps=num_warps or (4 if d <= 64 else 8), num_stages=num_stages)
+    return out.unflatten(0, query.shape[:2])  # (B·H, T, d) -> (B, H, T, d)
+
+
+def attention_tflops(batch: int, heads: int, length: int, head_dim: int, seconds: float, causal: bool) -> float:
+    """Forward-pass throughput: Q Kᵀ and P V are 2 · 2·T·S·d flops per head, half of it under a causal mask."""
+    flops = 4 * batch * heads * length * length * head_dim * (0.5 if causal else 1.0)
+    return flops / seconds / 1e12

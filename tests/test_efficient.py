@@ -1,0 +1,69 @@
+"""Chapter 8: online softmax equals softmax; tiled attention equals the naive form and stores far less."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings, strategies as st
+
+from attention_book.efficient import naive_attention, online_softmax, tiled_attention
+from attention_book.memory import measure_peak_memory
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(1, 4), length=st.integers(1, 70), block=st.integers(1, 80), scale=st.sampled_from([1.0, 50.0]),
+       seed=st.integers(0, 999))
+def test_online_softmax_equals_softmax(rows, length, block, scale, seed):
+    x = torch.randn(rows, length, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * scale
+    torch.testing.assert_close(online_softmax(x, block), torch.softmax(x, dim=-1), rtol=1e-12, atol=1e-14)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batch=st.integers(1, 2), heads=st.integers(1, 3), T=st.integers(1, 40), extra_keys=st.integers(0, 30),
+       d_k=st.integers(1, 9), d_v=st.integers(1, 9), block_q=st.integers(1, 50), block_k=st.integers(1, 50),
+       causal=st.booleans(), seed=st.integers(0, 999))
+def test_tiled_equals_naive(batch, heads, T, extra_keys, d_k, d_v, block_q, block_k, causal, seed):
+    """Any shapes, T <= S, block sizes that do and do not divide the lengths, causal or not."""
+    gen = torch.Generator().manual_seed(seed)
+    S = T + extra_keys
+    q = torch.randn(batch, heads, T, d_k, generator=gen)
+    k = torch.randn(batch, heads, S, d_k, generator=gen)
+    v = torch.randn(batch, heads, S, d_v, generator=gen)
+    expected = naive_attention(q, k, v, causal)
+    torch.testing.assert_close(tiled_attention(q, k, v, causal, block_q, block_k), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("blocks", [(256, 256), (100, 70), (1000, 1000)])
+def test_tiled_equals_pytorch_sdpa(causal, blocks):
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 300, 32, generator=gen) for _ in range(3))
+    expected = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    torch.testing.assert_close(tiled_attention(q, k, v, causal, *blocks), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_tiled_broadcasts_batch_dimensions_like_naive():
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = torch.randn(3, 1, 5, 4, generator=gen), torch.randn(1, 2, 7, 4, generator=gen), torch.randn(7, 6, generator=gen)
+    torch.testing.assert_close(tiled_attention(q, k, v, block_k=3), naive_attention(q, k, v), rtol=1e-5, atol=1e-5)
+
+
+def test_clear_errors():
+    q, k = torch.zeros(1, 5, 4), torch.zeros(1, 3, 4)
+    with pytest.raises(ValueError, match="at least as many keys as queries, got T=5 > S=3"):
+        tiled_attention(q, k, k, causal=True)
+    with pytest.raises(ValueError, match="block_k must be a positive integer, got 0"):
+        tiled_attention(q, k, k, block_k=0)
+    with pytest.raises(ValueError, match=r"query and key widths differ: query \(1, 5, 4\) has d_k=4, key \(1, 3, 2\)"):
+        tiled_attention(q, torch.zeros(1, 3, 2), k)
+    with pytest.raises(ValueError, match="block_size must be a positive integer"):
+        online_softmax(q, -1)
+
+
+def test_tiled_never_holds_the_score_matrix():
+    """Peak memory in fresh processes: tiled stays far below the (H, T, T) scores that naive stores."""
+    T, heads = 4096, 4
+    naive = measure_peak_memory("naive", T, heads=heads, head_dim=32)
+    tiled = measure_peak_memory("tiled", T, heads=heads, head_dim=32)
+    scores = heads * T * T * 4  # one fp32 score matrix
+    assert naive >= scores
+    assert tiled < scores / 8

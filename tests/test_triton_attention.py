@@ -1,0 +1,67 @@
+"""Chapter 8: the Triton kernel equals PyTorch's attention. On a CUDA machine it runs compiled; elsewhere
+the same kernel runs in Triton's interpreter (TRITON_INTERPRET=1, set before triton is imported)."""
+
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+CUDA = torch.cuda.is_available()
+if not CUDA:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from attention_book.causal import causal_mask  # noqa: E402
+from attention_book.triton_attention import attention_tflops, triton_attention  # noqa: E402
+
+DEVICE = "cuda" if CUDA else "cpu"
+# The interpreter multiplies bfloat16 bit patterns in tl.dot (triton-lang/triton#11584): bf16 only on a GPU.
+DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if CUDA else [])
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
+
+
+def reference(q, k, v, causal):
+    mask = causal_mask(q.shape[-2], k.shape[-2], device=q.device) if causal else None  # bottom-right, T <= S
+    return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(("T", "S", "d"), [(64, 64, 16), (100, 100, 32), (37, 150, 16), (130, 131, 64)])
+def test_kernel_equals_sdpa(dtype, causal, T, S, d):
+    gen = torch.Generator().manual_seed(T + S + d)
+    q = torch.randn(2, 3, T, d, generator=gen).to(DEVICE, dtype)
+    k = torch.randn(2, 3, S, d, generator=gen).to(DEVICE, dtype)
+    v = torch.randn(2, 3, S, d, generator=gen).to(DEVICE, dtype)
+    blocks = {"block_q": 32, "block_k": 16} if not CUDA else {}
+    out = triton_attention(q, k, v, causal, **blocks)
+    assert out.dtype == dtype and out.shape == (2, 3, T, d)
+    tol = TOLERANCE[dtype]
+    torch.testing.assert_close(out.float(), reference(q, k, v, causal), rtol=tol, atol=tol)
+
+
+@pytest.mark.skipif(not CUDA, reason="compiled kernels with the default block sizes need a CUDA GPU")
+@pytest.mark.parametrize("d", [64, 128])
+def test_kernel_default_blocks_on_gpu(d):
+    q, k, v = (torch.randn(1, 8, 1024, d, device="cuda", dtype=torch.float16) for _ in range(3))
+    for causal in (False, True):
+        expected = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        torch.testing.assert_close(triton_attention(q, k, v, causal), expected, rtol=2e-3, atol=2e-3)
+
+
+def test_kernel_errors_name_the_shapes():
+    q = torch.zeros(1, 2, 8, 24, device=DEVICE)
+    with pytest.raises(ValueError, match="head_dim must be the same power of two .* got d_k=24, d_v=24"):
+        triton_attention(q, q, q)
+    q = torch.zeros(1, 2, 8, 16, device=DEVICE)
+    with pytest.raises(ValueError, match=r"wants \(B, H, T, d\) inputs with equal B and H, got query \(1, 2, 8, 16\), "
+                                         r"key \(2, 2, 8, 16\)"):
+        triton_attention(q, torch.zeros(2, 2, 8, 16, device=DEVICE), torch.zeros(2, 2, 8, 16, device=DEVICE))
+    with pytest.raises(ValueError, match="at least as many keys as queries, got T=8 > S=4"):
+        triton_attention(q, q[..., :4, :], q[..., :4, :], causal=True)
+
+
+def test_tflops_counts_half_the_work_under_a_causal_mask():
+    full = attention_tflops(1, 8, 4096, 64, 1e-3, causal=False)
+    assert full == pytest.approx(4 * 8 * 4096**2 * 64 / 1e-3 / 1e12)
+    assert attention_tflops(1, 8, 4096, 64, 1e-3, causal=True) == pytest.approx(full / 2)
