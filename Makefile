@@ -10,7 +10,7 @@ export TF_CPP_MIN_LOG_LEVEL := 3
 export TF_ENABLE_ONEDNN_OPTS := 0
 export PYTHONHASHSEED := 0
 
-.PHONY: install book test unit notebooks clean
+.PHONY: install book test unit notebooks browser chromium clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,12 +28,23 @@ book: $(STAMP)
 	@echo "The book is at file://$(CURDIR)/_build/html/index.html"
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests --ignore=tests/browser
 
 notebooks: $(STAMP)
 	$(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg chapters
 
-test: unit notebooks book
+# Every chapter page of the built book in headless Chromium (from the OS's packages); screenshots go to
+# _build/screenshots. Runs on the book that `make book` built.
+browser: $(STAMP) chromium
+	test -f _build/html/index.html || $(MAKE) book
+	$(BIN)/python -m pytest tests/browser
+
+chromium:
+	@command -v chromium >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends chromium fonts-noto-cjk; }
+
+test: unit notebooks book browser
 
 clean:
 	rm -rf _build $(VENV)

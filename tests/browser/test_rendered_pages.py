@@ -1,0 +1,183 @@
+"""The built book as a reader sees it, in headless Chromium (issue 9).
+
+Run by `make browser` after `make book`: every chapter page is served from _build/html on 127.0.0.1
+and opened through the Chrome DevTools protocol. Checked on each page: math typeset by the local MathJax,
+figures loaded and non-empty, code cells and their outputs rendered, the Colab button pointing at the
+chapter's notebook, no console error, and no request leaving the machine. Screenshots are kept in
+_build/screenshots as build artefacts.
+"""
+
+import base64
+import functools
+import http.server
+import json
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import websocket
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+HTML = ROOT / "_build" / "html"
+SCREENSHOTS = ROOT / "_build" / "screenshots"
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+PAGES = ["intro"] + sorted(f"chapters/{p.stem}" for p in (ROOT / "chapters").glob("*.ipynb"))
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.fixture(scope="module")
+def site():
+    """_build/html on an ephemeral localhost port."""
+    if not (HTML / "index.html").exists():
+        pytest.fail("build the book first: make book")
+    handler = functools.partial(QuietHandler, directory=str(HTML))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+class Page:
+    """One Chromium tab driven over the DevTools protocol: commands, and the events they cause."""
+
+    def __init__(self, ws_url: str):
+        self.ws = websocket.create_connection(ws_url, timeout=30)
+        self.next_id, self.events = 0, []
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            self.send(f"{domain}.enable")
+
+    def send(self, method: str, **params):
+        self.next_id += 1
+        self.ws.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
+        while True:
+            message = json.loads(self.ws.recv())
+            if message.get("id") == self.next_id:
+                if "error" in message:
+                    raise RuntimeError(f"{method}: {message['error']}")
+                return message.get("result", {})
+            self.events.append(message)
+
+    def wait_for(self, method: str, timeout: float = 30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if any(e.get("method") == method for e in self.events):
+                return
+            self.events.append(json.loads(self.ws.recv()))
+        raise TimeoutError(f"no {method} within {timeout} s")
+
+    def evaluate(self, expression: str):
+        result = self.send("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in result:
+            raise RuntimeError(f"{expression}: {result['exceptionDetails']}")
+        return result["result"].get("value")
+
+    def drain(self, seconds: float):
+        """Collect events for a while (late console errors and requests)."""
+        self.ws.settimeout(0.2)
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            try:
+                self.events.append(json.loads(self.ws.recv()))
+            except websocket.WebSocketTimeoutException:
+                pass
+        self.ws.settimeout(30)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if CHROMIUM is None:
+        pytest.fail("Chromium is not installed: `make browser` installs it from the OS's packages")
+    profile = tempfile.mkdtemp()
+    process = subprocess.Popen(
+        [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--remote-debugging-port=0",
+         f"--user-data-dir={profile}", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--disable-default-apps", "--window-size=1280,2000",
+         "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    port_file = Path(profile) / "DevToolsActivePort"
+    for _ in range(100):
+        if port_file.exists() and port_file.read_text().strip():
+            break
+        time.sleep(0.1)
+    port = port_file.read_text().split()[0]
+    yield f"http://127.0.0.1:{port}"
+    process.terminate()
+    process.wait(10)
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+def open_page(browser: str, url: str) -> Page:
+    request = urllib.request.Request(f"{browser}/json/new?about:blank", method="PUT")
+    target = json.loads(urllib.request.urlopen(request).read())
+    page = Page(target["webSocketDebuggerUrl"])
+    page.send("Page.navigate", url=url)
+    page.wait_for("Page.loadEventFired")
+    return page
+
+
+def console_errors(page: Page) -> list[str]:
+    errors = []
+    for event in page.events:
+        method, params = event.get("method"), event.get("params", {})
+        if method == "Runtime.exceptionThrown":
+            details = params["exceptionDetails"]
+            errors.append(details.get("exception", {}).get("description") or details.get("text"))
+        elif method == "Runtime.consoleAPICalled" and params["type"] in ("error", "assert"):
+            errors.append(" ".join(str(a.get("value", a.get("description"))) for a in params["args"]))
+        elif method == "Log.entryAdded" and params["entry"]["level"] == "error":
+            errors.append(f"{params['entry']['text']} {params['entry'].get('url', '')}".strip())
+    return errors
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_page_as_a_reader_sees_it(site, browser, name):
+    path = HTML / f"{name}.html"
+    page = open_page(browser, f"{site}/{name}.html")
+    try:
+        html = path.read_text()
+        expects_math = 'class="math' in html
+        if expects_math:  # MathJax typesets asynchronously: wait for its promise
+            page.evaluate("window.MathJax && MathJax.startup ? MathJax.startup.promise.then(() => true) : false")
+        page.drain(1.0)
+        state = page.evaluate("""({
+            math: document.querySelectorAll('mjx-container').length,
+            mathErrors: document.querySelectorAll('mjx-merror').length,
+            rawMath: Array.from(document.querySelectorAll('.math')).filter(e => !e.querySelector('mjx-container')).length,
+            images: Array.from(document.querySelectorAll('main img')).map(i => [i.src, i.complete, i.naturalWidth, i.naturalHeight]),
+            codeCells: document.querySelectorAll('div.cell div.cell_input').length,
+            outputs: document.querySelectorAll('div.cell div.cell_output').length,
+            colab: Array.from(document.querySelectorAll('a[href*="colab.research.google.com"]')).map(a => a.href),
+        })""")
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        shot = page.send("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+        (SCREENSHOTS / f"{name.replace('/', '_')}.png").write_bytes(base64.b64decode(shot["data"]))
+
+        errors = console_errors(page)
+        assert errors == [], f"{name}: console errors {errors}"
+        outgoing = [e["params"]["request"]["url"] for e in page.events if e.get("method") == "Network.requestWillBeSent"
+                    and not e["params"]["request"]["url"].startswith((site, "data:", "blob:", "about:"))]
+        assert outgoing == [], f"{name}: requests leaving the machine"
+        if expects_math:
+            assert state["math"] > 0 and state["mathErrors"] == 0 and state["rawMath"] == 0, f"{name}: math {state}"
+        for src, complete, width, height in state["images"]:
+            assert complete and width > 0 and height > 0, f"{name}: image {src} did not load"
+        if name.startswith("chapters/"):
+            assert state["codeCells"] > 0 and state["outputs"] > 0, f"{name}: code cells or outputs missing"
+            figures = html.count('src="../_images/')
+            assert len(state["images"]) >= figures > 0, f"{name}: figures missing"
+            repository = CONFIG["repository"]["url"].removeprefix("https://github.com/")
+            expected = f"https://colab.research.google.com/github/{repository}/blob/main/{name}.ipynb"
+            assert state["colab"] == [expected], f"{name}: Colab button {state['colab']}"
+            assert (ROOT / f"{name}.ipynb").exists()
+    finally:
+        page.ws.close()
