@@ -10,7 +10,7 @@ export TF_CPP_MIN_LOG_LEVEL := 3
 export TF_ENABLE_ONEDNN_OPTS := 0
 export PYTHONHASHSEED := 0
 
-.PHONY: install book test unit notebooks browser chromium clean
+.PHONY: install book student test unit notebooks browser chromium clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,12 @@ install: $(STAMP)
 book: $(STAMP)
 	rm -rf _build
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
+	$(MAKE) --no-print-directory student
 	@echo "The book is at file://$(CURDIR)/_build/html/index.html"
+
+# Student notebooks for a course: solutions stubbed, outputs cleared (see the README, "For teachers").
+student: $(STAMP)
+	$(BIN)/python -m attention_book.assignments student chapters _build/student
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests --ignore=tests/browser

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from .causal import causal_mask
+from .modules import copy_parameters
 from .multihead import MultiHeadAttention
 
 
@@ -171,13 +172,7 @@ class TorchKerasDecoder(nn.Module):
     def from_keras(cls, weights: dict[str, np.ndarray], config: KerasDecoderConfig = KerasDecoderConfig()):
         """A port of arrays read by `read_keras_weights`, copied by `torch_from_keras_map` with shape checks."""
         module = cls(config)
-        ours = dict(module.named_parameters())
-        with torch.no_grad():
-            for name, array in torch_from_keras_map(weights).items():
-                if ours[name].shape != array.shape:
-                    raise ValueError(f"{name}: expected shape {tuple(ours[name].shape)}, "
-                                     f"the Keras arrays give {tuple(array.shape)}")
-                ours[name].copy_(torch.from_numpy(np.ascontiguousarray(array)))
+        copy_parameters(module, torch_from_keras_map(weights), "the Keras arrays give")
         return module
 
 

@@ -13,6 +13,21 @@ def check_width(x: torch.Tensor, width: int, name: str = "x", setting: str = "d_
                          f"the module expects {setting}={width}")
 
 
+def copy_parameters(module: nn.Module, tensors: dict, source: str) -> None:
+    """Copy `tensors` (parameter name -> tensor or array) into `module`, checking every shape first.
+
+    The weight loaders of chapters 3 and 6 are explicit name maps fed to this; `source` names where the
+    tensors come from in the error, e.g. "nn.MultiheadAttention has".
+    """
+    ours = dict(module.named_parameters())
+    with torch.no_grad():
+        for name, tensor in tensors.items():
+            tensor = torch.as_tensor(tensor)
+            if ours[name].shape != tensor.shape:
+                raise ValueError(f"{name}: expected shape {tuple(ours[name].shape)}, {source} {tuple(tensor.shape)}")
+            ours[name].copy_(tensor)
+
+
 class SelfAttention(nn.Module):
     """One head with its own W_query, W_key (d_in, d_k) and W_value (d_in, d_v), used as x @ W (chapter 2)."""
 

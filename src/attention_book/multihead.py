@@ -5,7 +5,7 @@ from torch import nn
 import torch.nn.functional as F
 
 from .attention import check_attention_inputs, scaled_dot_product_attention, softmax_scores
-from .modules import SelfAttention, check_width
+from .modules import SelfAttention, check_width, copy_parameters
 
 
 def stacked_multihead_attention(x, W_query, W_key, W_value):
@@ -125,13 +125,7 @@ def torch_weight_map(mha: nn.MultiheadAttention) -> dict[str, torch.Tensor]:
 
 def load_torch_weights(module: MultiHeadAttention, mha: nn.MultiheadAttention) -> None:
     """Copy tensors by the explicit name map, checking every shape."""
-    ours = dict(module.named_parameters())
-    with torch.no_grad():
-        for name, source in torch_weight_map(mha).items():
-            if ours[name].shape != source.shape:
-                raise ValueError(f"{name}: expected shape {tuple(ours[name].shape)}, "
-                                 f"nn.MultiheadAttention has {tuple(source.shape)}")
-            ours[name].copy_(source)
+    copy_parameters(module, torch_weight_map(mha), "nn.MultiheadAttention has")
 
 
 def additive_mask(mask: torch.Tensor) -> torch.Tensor:
