@@ -85,9 +85,13 @@ def softmax_scores(query, key, mask=None, scale: float | None = None) -> torch.T
     """softmax(Q Kᵀ · scale + mask) without input checks, for callers that made them (chapter 2)."""
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
     scores = (query * scale) @ key.transpose(-2, -1)  # (..., T, S); scaling Q, not the scores, costs less
-    if mask is None:
+    if mask is not None:
+        return masked_softmax(apply_mask(scores, mask))
+    if scores.requires_grad:
         return torch.softmax(scores, dim=-1)
-    return masked_softmax(apply_mask(scores, mask))
+    # Without autograd, overwrite the fresh scores: a second (..., T, S) buffer of that size costs
+    # more to allocate and fault in than the softmax itself (chapter 3's benchmark).
+    return torch.softmax(scores, dim=-1, out=scores)
 
 
 def attention_weights(query, key, mask=None, scale: float | None = None) -> torch.Tensor:

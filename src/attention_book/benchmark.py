@@ -10,19 +10,6 @@ import torch
 from tqdm import tqdm  # plain text bar: works in a terminal, a notebook and nbval alike
 
 
-def median_time(fn, repeats: int = 5, warmup: int = 1, label: str | None = None) -> float:
-    """Median wall-clock seconds of `fn()` over `repeats` runs after `warmup` runs, with a progress bar."""
-    with torch.inference_mode():
-        for _ in range(warmup):
-            fn()
-        times = []
-        for _ in tqdm(range(repeats), desc=label, leave=False):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def machine() -> dict:
     """What a stored measurement was taken on."""
     return {"processor": platform.processor() or platform.machine(), "python": platform.python_version(),
@@ -62,8 +49,8 @@ def load_result(name: str) -> dict:
     return json.loads(path.read_text())
 
 
-def interleaved_medians(functions: dict, repeats: int = 5) -> dict:
-    """Median seconds of each of `functions` (name -> callable), run in turn `repeats` times (chapter 8).
+def interleaved_medians(functions: dict, repeats: int = 5, progress: bool = True) -> dict:
+    """Median seconds of each of `functions` (name -> callable), run in turn `repeats` times (chapters 3, 8).
 
     Interleaving spreads the machine's slow moments over all of them, so their ratios stay fair.
     """
@@ -71,7 +58,7 @@ def interleaved_medians(functions: dict, repeats: int = 5) -> dict:
     with torch.inference_mode():
         for fn in functions.values():
             fn()  # warm-up
-        for _ in range(repeats):
+        for _ in tqdm(range(repeats), desc="timing", leave=False, disable=not progress):
             for name, fn in functions.items():
                 start = time.perf_counter()
                 fn()

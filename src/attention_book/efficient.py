@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from .attention import check_attention_inputs, scaled_dot_product_attention
+from .attention import check_attention_inputs
 from .causal import causal_mask
 
 
@@ -34,10 +34,14 @@ def check_block_size(size: int, name: str) -> None:
 
 
 def naive_attention(query, key, value, causal: bool = False) -> torch.Tensor:
-    """The textbook form, which stores the whole (..., T, S) score matrix (chapters 2 and 5)."""
-    mask = causal_mask(query.shape[-2], key.shape[-2], device=query.device) if causal else None  # (T, S)
-    output, _ = scaled_dot_product_attention(query, key, value, mask)
-    return output
+    """The textbook form, softmax(Q Kᵀ / √d_k + mask) V, as chapters 2 and 5 first write it: the whole
+    (..., T, S) score matrix, then its softmax, each in a buffer of its own."""
+    check_attention_inputs(query, key, value)
+    scores = (query / math.sqrt(query.shape[-1])) @ key.transpose(-2, -1)  # (..., T, S)
+    if causal:
+        blocked = ~causal_mask(query.shape[-2], key.shape[-2], device=query.device)  # (T, S)
+        scores = scores.masked_fill(blocked, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ value  # (..., T, d_v)
 
 
 def tiled_attention(query, key, value, causal: bool = False, block_q: int = 256, block_k: int = 256):
