@@ -1,18 +1,14 @@
 """Chapter 8: the Triton kernel equals PyTorch's attention. On a CUDA machine it runs compiled; elsewhere
-the same kernel runs in Triton's interpreter (TRITON_INTERPRET=1, set before triton is imported)."""
-
-import os
+the same kernel runs in Triton's interpreter (TRITON_INTERPRET=1, set by conftest.py before triton loads)."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-CUDA = torch.cuda.is_available()
-if not CUDA:
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+from attention_book.causal import causal_mask
+from attention_book.triton_attention import attention_tflops, triton_attention
 
-from attention_book.causal import causal_mask  # noqa: E402
-from attention_book.triton_attention import attention_tflops, triton_attention  # noqa: E402
+CUDA = torch.cuda.is_available()
 
 DEVICE = "cuda" if CUDA else "cpu"
 # The interpreter multiplies bfloat16 bit patterns in tl.dot (triton-lang/triton#11584): bf16 only on a GPU.

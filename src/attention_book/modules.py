@@ -20,11 +20,12 @@ def copy_parameters(module: nn.Module, tensors: dict, source: str) -> None:
     tensors come from in the error, e.g. "nn.MultiheadAttention has".
     """
     ours = dict(module.named_parameters())
+    tensors = {name: torch.as_tensor(tensor) for name, tensor in tensors.items()}
+    for name, tensor in tensors.items():  # all checked before anything is copied
+        if ours[name].shape != tensor.shape:
+            raise ValueError(f"{name}: expected shape {tuple(ours[name].shape)}, {source} {tuple(tensor.shape)}")
     with torch.no_grad():
         for name, tensor in tensors.items():
-            tensor = torch.as_tensor(tensor)
-            if ours[name].shape != tensor.shape:
-                raise ValueError(f"{name}: expected shape {tuple(ours[name].shape)}, {source} {tuple(tensor.shape)}")
             ours[name].copy_(tensor)
 
 
