@@ -31,7 +31,7 @@ class DecoderBlock(nn.Module):
         E = config.embed_dim
         self.norm1, self.norm2 = nn.LayerNorm(E), nn.LayerNorm(E)
         self.attention = CausalSelfAttention(E, config.num_heads, dropout=config.dropout)
-        self.mlp = nn.Sequential(nn.Linear(E, 4 * E), nn.GELU(), nn.Linear(4 * E, E))
+        self.mlp = nn.Sequential(nn.Linear(E, 4 * E), nn.GELU(approximate="tanh"), nn.Linear(4 * E, E))  # as GPT-2
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         """x (B, T, E) -> (B, T, E)."""
