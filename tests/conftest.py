@@ -11,4 +11,7 @@ if not torch.cuda.is_available():
 
 # TensorFlow (chapter 6) and triton (chapter 8) each bundle LLVM. Imported in that order into one
 # process, LLVM aborts it ("inconsistency in registered CommandLine options"); triton first works.
-import triton  # noqa: E402, F401
+try:
+    import triton  # noqa: F401
+except ImportError:  # not on Linux: test_triton_attention.py skips itself
+    pass

@@ -5,8 +5,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attention_book.causal import causal_mask
-from attention_book.triton_attention import attention_tflops, triton_attention
+pytest.importorskip("triton", reason="triton is published for Linux only")
+
+from attention_book.causal import causal_mask  # noqa: E402
+from attention_book.triton_attention import attention_tflops, triton_attention  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 

@@ -24,6 +24,11 @@ METHODS = {
 }
 
 
+def _check_linux() -> None:
+    if not sys.platform.startswith("linux"):
+        raise RuntimeError(f"peak memory is measured through Linux's /proc; it is not available on {sys.platform}")
+
+
 def _status_bytes(key: str) -> int:
     with open("/proc/self/status") as file:
         return int(re.search(rf"^{key}:\s+(\d+) kB", file.read(), re.M).group(1)) * 1024
@@ -31,6 +36,7 @@ def _status_bytes(key: str) -> int:
 
 def peak_extra_bytes(method: str, length: int, heads: int, head_dim: int, causal: bool) -> int:
     """In this process: peak resident memory of one call above the memory held just before it."""
+    _check_linux()
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, heads, length, head_dim) for _ in range(3))  # (B, H, T, d)
     with torch.inference_mode():
@@ -46,6 +52,7 @@ def peak_extra_bytes(method: str, length: int, heads: int, head_dim: int, causal
 
 def measure_peak_memory(method: str, length: int, heads: int = 8, head_dim: int = 64, causal: bool = False) -> int:
     """`peak_extra_bytes` in a fresh Python process (chapter 8)."""
+    _check_linux()
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
     command = [sys.executable, "-m", "attention_book.memory", method, str(length), "--heads", str(heads),
