@@ -13,7 +13,7 @@ from .kv_cache import KVCache
 
 @dataclass(frozen=True)
 class DecoderConfig:
-    """Sizes of chapter 7's decoder; the defaults give about 3.4 million parameters."""
+    """Sizes of chapter 7's decoder; the defaults give about 3.6 million parameters."""
 
     vocab_size: int = 256  # V: one token per byte
     context_length: int = 1152  # longest sequence: position embeddings and the cache's max_length

@@ -59,6 +59,17 @@ def _generator(case: int) -> torch.Generator:
     return torch.Generator().manual_seed(1000 + case)
 
 
+def _sizes(gen: torch.Generator, count: int, high: int) -> list[int]:
+    """`count` random sizes from 1 to high − 1."""
+    return [int(torch.randint(1, high, (1,), generator=gen)) for _ in range(count)]
+
+
+def _boolean_problem(mask) -> str | None:
+    if mask.dtype != torch.bool:
+        return f"the mask should be boolean (True = may attend), yours has dtype {mask.dtype}"
+    return None
+
+
 def _shape_problem(got, expected_shape, what: str) -> str | None:
     shape = tuple(getattr(got, "shape", ()))
     if shape != tuple(expected_shape):
@@ -85,7 +96,7 @@ def check_attention(attention_by_hand) -> str | None:
     """Chapter 2: softmax(Q Kᵀ / √d_k) V for q (T, d_k), k (S, d_k), v (S, d_v)."""
     for case in range(CASES):
         gen = _generator(case)
-        T, S, d_k, d_v = (int(torch.randint(1, 7, (1,), generator=gen)) for _ in range(4))
+        T, S, d_k, d_v = _sizes(gen, 4, 7)
         q, k, v = torch.randn(T, d_k, generator=gen), torch.randn(S, d_k, generator=gen), torch.randn(S, d_v, generator=gen)
         got = attention_by_hand(q, k, v)
         if problem := _shape_problem(got, (T, d_v), "the context vectors"):
@@ -106,7 +117,7 @@ def check_split_heads(split_heads_by_hand) -> str | None:
     """Chapter 3: (B, T, E) -> (B, H, T, E/H), head h holding columns h·E/H to (h+1)·E/H − 1."""
     for case in range(CASES):
         gen = _generator(case)
-        B, T, H, d = (int(torch.randint(1, 5, (1,), generator=gen)) for _ in range(4))
+        B, T, H, d = _sizes(gen, 4, 5)
         x = torch.randn(B, T, H * d, generator=gen)
         got = split_heads_by_hand(x, H)
         if problem := _shape_problem(got, (B, H, T, d), f"splitting (B, T, E) = {tuple(x.shape)} into {H} heads"):
@@ -127,8 +138,8 @@ def check_padding_mask(padding_mask_by_hand) -> str | None:
         got = padding_mask_by_hand(lengths, S)
         if problem := _shape_problem(got, (len(lengths), S), "the mask"):
             return problem
-        if got.dtype != torch.bool:
-            return f"the mask should be boolean (True = may attend), yours has dtype {got.dtype}"
+        if problem := _boolean_problem(got):
+            return problem
         expected = torch.arange(S) < lengths[:, None]
         for b, s in zip(*torch.nonzero(got != expected).T.tolist(), strict=True):
             what = "lets queries see padded position" if got[b, s] else "hides real position"
@@ -142,8 +153,8 @@ def check_causal_mask(causal_mask_by_hand) -> str | None:
         got = causal_mask_by_hand(T)
         if problem := _shape_problem(got, (T, T), f"the mask for T={T}"):
             return problem
-        if got.dtype != torch.bool:
-            return f"the mask should be boolean (True = may attend), yours has dtype {got.dtype}"
+        if problem := _boolean_problem(got):
+            return problem
         expected = causal_mask(T)
         wrong = torch.nonzero(got != expected).tolist()
         if wrong:

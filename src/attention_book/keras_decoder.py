@@ -98,7 +98,7 @@ def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Causal attention of q (B, H, T, d_k) over k, v (B, H, S, d_k), the queries being the last T positions."""
     T, S, d_k = q.shape[-2], k.shape[-2], q.shape[-1]
     scores = np.einsum("bhtk,bhsk->bhts", q, k) / np.sqrt(d_k)  # (B, H, T, S)
-    allowed = np.tril(np.ones((T, S), dtype=bool), k=S - T)  # lower-triangular, bottom-right aligned
+    allowed = causal_mask(T, S).numpy()  # (T, S), lower-triangular, bottom-right aligned (chapter 5)
     weights = softmax(np.where(allowed, scores, -np.inf))  # (B, H, T, S)
     return np.einsum("bhts,bhsk->bhtk", weights, v)  # (B, H, T, d_k)
 

@@ -72,5 +72,4 @@ class KVCache:
         """Bytes held by the two buffers (the whole `max_length`, allocated up front)."""
         if self.keys is None:
             return 0
-        size = (lambda a: a.nbytes) if isinstance(self.keys, np.ndarray) else (lambda t: t.numel() * t.element_size())
-        return size(self.keys) + size(self.values)
+        return self.keys.nbytes + self.values.nbytes  # tensors and arrays both have .nbytes
