@@ -26,7 +26,7 @@ def main() -> None:
             "naive": lambda: naive_attention(q, k, v, causal),
             "tiled": lambda: tiled_attention(q, k, v, causal),
             "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
-        }, progress=False)
+        }, repeats=9, progress=False)  # medians of 9 interleaved runs: this shared machine is noisy
         peak = {method: measure_peak_memory(method, T, HEADS, HEAD_DIM, causal) for method in seconds}
         rows.append({"causal": causal, "length": T, "seconds": seconds, "peak_extra_bytes": peak})
     save_result({"machine": machine(), "heads": HEADS, "head_dim": HEAD_DIM, "rows": rows},
