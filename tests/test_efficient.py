@@ -41,6 +41,18 @@ def test_tiled_equals_pytorch_sdpa(causal, blocks):
     torch.testing.assert_close(tiled_attention(q, k, v, causal, *blocks), expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_tiled_equals_naive_when_scores_are_far_apart(causal):
+    """Scores hundreds apart: most base-2 exponentials underflow to 0, and the running maximum jumps between
+    blocks by more than e^-88, so the rescaling of l and acc must be exact too (float64, tight tolerance)."""
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 3, 50, 8, generator=gen, dtype=torch.float64) for _ in range(3))
+    q = q * 40  # scores spread over several hundred
+    k[..., 30:, :] *= 3  # later blocks bring a much larger maximum
+    expected = naive_attention(q, k, v, causal)
+    torch.testing.assert_close(tiled_attention(q, k, v, causal, 16, 7), expected, rtol=1e-12, atol=1e-12)
+
+
 def test_tiled_broadcasts_batch_dimensions_like_naive():
     gen = torch.Generator().manual_seed(0)
     q, k, v = torch.randn(3, 1, 5, 4, generator=gen), torch.randn(1, 2, 7, 4, generator=gen), torch.randn(7, 6, generator=gen)
