@@ -42,15 +42,18 @@ def test_tiled_equals_pytorch_sdpa(causal, blocks):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-def test_tiled_equals_naive_when_scores_are_far_apart(causal):
-    """Scores hundreds apart: most base-2 exponentials underflow to 0, and the running maximum jumps between
-    blocks by more than e^-88, so the rescaling of l and acc must be exact too (float64, tight tolerance)."""
+# Scores of several hundred carry float32 rounding of about 1e-4, which the softmax passes on as a relative error.
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float32, 3e-4), (torch.float64, 1e-12)])
+def test_tiled_equals_naive_when_scores_are_far_apart(causal, dtype, tolerance):
+    """Scores hundreds apart, and a later key block whose maximum is hundreds above the earlier ones: in
+    float32 most exponentials and rescale factors underflow to 0; in float64 they do not, and the
+    comparison can be tight."""
     gen = torch.Generator().manual_seed(1)
-    q, k, v = (torch.randn(2, 3, 50, 8, generator=gen, dtype=torch.float64) for _ in range(3))
+    q, k, v = (torch.randn(2, 3, 50, 8, generator=gen, dtype=dtype) for _ in range(3))
     q = q * 40  # scores spread over several hundred
     k[..., 30:, :] *= 3  # later blocks bring a much larger maximum
     expected = naive_attention(q, k, v, causal)
-    torch.testing.assert_close(tiled_attention(q, k, v, causal, 16, 7), expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(tiled_attention(q, k, v, causal, 16, 7), expected, rtol=tolerance, atol=tolerance)
 
 
 def test_tiled_broadcasts_batch_dimensions_like_naive():
