@@ -16,23 +16,31 @@ def machine() -> dict:
             "torch": torch.__version__.split("+")[0], "threads": torch.get_num_threads()}
 
 
-def measure_generation(model, prompt: torch.Tensor, max_new_tokens: int, progress: bool = True) -> dict:
-    """Generate greedily with and without the KV cache, in one run; seconds per step of each (chapter 7).
+def measure_generation(model, prompt: torch.Tensor, max_new_tokens: int, rounds: int = 3,
+                       progress: bool = True) -> dict:
+    """Generate greedily with and without the KV cache, `rounds` times each in turn; seconds per step (chapter 7).
 
-    The two runs must produce the same tokens, otherwise the timings would compare different work.
+    Each step's time is its median over the rounds: alternating the runs spreads the machine's slow
+    moments over both, and the median drops them. Every run must produce the same tokens, otherwise the
+    timings would compare different work.
     """
     from .decoder import generate
 
-    times, outputs = {}, {}
-    for use_cache in (True, False):
-        steps = []
-        outputs[use_cache] = generate(model, prompt, max_new_tokens, use_cache=use_cache, progress=progress,
-                                      step_times=steps)
-        times["cached" if use_cache else "uncached"] = steps
-    if not torch.equal(outputs[True], outputs[False]):
-        raise AssertionError("generation with and without the cache produced different tokens")
-    return {"machine": machine(), "prompt_length": prompt.shape[-1], "parameters": sum(p.numel() for p in model.parameters()),
-            "seconds_per_step": times}
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    runs, first = {"cached": [], "uncached": []}, None
+    for _ in range(rounds):
+        for use_cache in (True, False):
+            steps = []
+            tokens = generate(model, prompt, max_new_tokens, use_cache=use_cache, progress=progress,
+                              step_times=steps)
+            first = tokens if first is None else first
+            if not torch.equal(tokens, first):
+                raise AssertionError("generation with and without the cache produced different tokens")
+            runs["cached" if use_cache else "uncached"].append(steps)
+    medians = {mode: [statistics.median(step) for step in zip(*times)] for mode, times in runs.items()}
+    return {"machine": machine(), "prompt_length": prompt.shape[-1], "rounds": rounds,
+            "parameters": sum(p.numel() for p in model.parameters()), "seconds_per_step": medians}
 
 
 def save_result(result: dict, name: str, folder) -> None:

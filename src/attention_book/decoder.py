@@ -16,7 +16,7 @@ class DecoderConfig:
     """Sizes of chapter 7's decoder; the defaults give about 3.6 million parameters."""
 
     vocab_size: int = 256  # V: one token per byte
-    context_length: int = 1152  # longest sequence: position embeddings and the cache's max_length
+    context_length: int = 1280  # longest sequence (a 256-token prompt + 1024 new): positions, cache length
     embed_dim: int = 256  # E
     num_heads: int = 4  # H, so E/H = 64
     num_layers: int = 4
