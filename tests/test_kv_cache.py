@@ -131,7 +131,7 @@ def fake_generate(step_times_by_run, tokens_by_run):
 
 
 def test_measure_generation_takes_each_steps_median_over_alternating_rounds(monkeypatch):
-    # Runs alternate cached, uncached, cached, ...; one slow moment (9.0) in any run must not show.
+    # Runs alternate cached, uncached, cached, ...; a slow moment in one run (9.0, 90.0) must not show.
     times = [[1.0, 2.0], [10.0, 20.0], [9.0, 2.5], [11.0, 90.0], [1.5, 1.0], [12.0, 21.0]]
     tokens = torch.tensor([[1, 2, 3]])
     monkeypatch.setattr(decoder_module, "generate", fake_generate(times, [tokens] * 6))
