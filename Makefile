@@ -10,7 +10,7 @@ export TF_CPP_MIN_LOG_LEVEL := 3
 export TF_ENABLE_ONEDNN_OPTS := 0
 export PYTHONHASHSEED := 0
 
-.PHONY: install book student test unit notebooks browser chromium clean
+.PHONY: install book student test lint unit notebooks portability browser chromium clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,11 +32,54 @@ book: $(STAMP)
 student: $(STAMP)
 	$(BIN)/python -m attention_book.assignments student chapters _build/student
 
+# ruff over the package, tests, benchmarks and the notebooks' code cells (rules in pyproject.toml).
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests --ignore=tests/browser
 
+NBVAL := $(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
+	-p no:cacheprovider chapters
+
 notebooks: $(STAMP)
-	$(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg chapters
+	$(NBVAL)
+
+# make portability: every notebook under nbval once more for each numeric path below, each a stand-in
+# for another reader's machine (another processor, thread count or BLAS kernel). Every stored output
+# must survive every variant. What each switch does to torch 2.13's CPU wheel (MKL 2024.2, oneDNN 3.12)
+# and numpy's OpenBLAS was measured with tests/portability/switches.py:
+#   ATEN_CPU_CAPABILITY  default|avx2|avx512: ATen's own vectorised kernels (softmax, exp, sums, SDPA);
+#                        `default` also moves MKL's GEMM onto another path. Honoured.
+#   threads              torch's intra-op threads; MKL splits small GEMMs differently with 1 thread.
+#                        torch caps OMP_NUM_THREADS at the core count, so tests/portability/
+#                        sitecustomize.py sets 3 with torch.set_num_threads. Honoured.
+#   MKL_CBWR=COMPATIBLE  MKL's conditional numerical reproducibility, the SSE2-level GEMM path that
+#                        every x86 processor takes alike. Honoured (MKL_VERBOSE reports CNR:COMPATIBLE).
+#   OPENBLAS_CORETYPE    numpy's OpenBLAS kernel (chapters 6-7 compute with numpy); Sandybridge is AVX
+#                        without FMA, unlike both Haswell (AVX2) and SkylakeX (AVX-512). Honoured.
+# Switches that do nothing here, measured on an AMD EPYC (Zen 4): MKL_ENABLE_INSTRUCTIONS=AVX2|SSE4_2 (no
+# result changes), MKL_DEBUG_CPU_TYPE (ignored since MKL 2020.1), ONEDNN_MAX_CPU_ISA and DNNL_MAX_CPU_ISA
+# (oneDNN is not on the fp32 CPU path of anything the book computes). MKL_CBWR=AVX2 on an AMD processor
+# falls back to CNR:AUTO (MKL_VERBOSE says so), which moves only the smallest GEMMs; COMPATIBLE covers it.
+PORTABILITY_VARIANTS := aten-default aten-avx2 threads-1 threads-3 mkl-compatible openblas-sandybridge
+portability-aten-default: export ATEN_CPU_CAPABILITY := default
+portability-aten-avx2: export ATEN_CPU_CAPABILITY := avx2
+portability-threads-1: export BOOK_TORCH_THREADS := 1
+portability-threads-1: export OMP_NUM_THREADS := 1
+portability-threads-3: export BOOK_TORCH_THREADS := 3
+portability-threads-3: export OPENBLAS_NUM_THREADS := 3
+portability-mkl-compatible: export MKL_CBWR := COMPATIBLE
+portability-openblas-sandybridge: export OPENBLAS_CORETYPE := Sandybridge
+
+.PHONY: $(addprefix portability-,$(PORTABILITY_VARIANTS))
+$(addprefix portability-,$(PORTABILITY_VARIANTS)): $(STAMP)
+	@echo "== nbval, variant $(@:portability-%=%)"
+	PYTHONPATH=$(CURDIR)/tests/portability $(NBVAL) -q
+
+# -k: every variant runs and reports, even after one fails.
+portability: $(STAMP)
+	$(MAKE) --no-print-directory -k $(addprefix portability-,$(PORTABILITY_VARIANTS))
 
 # Every chapter page of the built book in headless Chromium (from the OS's packages); screenshots go to
 # _build/screenshots. Runs on the book that `make book` built.
@@ -49,7 +92,7 @@ chromium:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends chromium fonts-noto-cjk; }
 
-test: unit notebooks book browser
+test: lint unit notebooks book browser
 
 clean:
 	rm -rf _build $(VENV)

@@ -4,6 +4,8 @@ Run from the repository root (a few minutes on a 2-core CPU):  .venv/bin/python 
 The result goes to src/attention_book/data/efficient_attention_cpu.json, which chapter 8 plots.
 """
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
@@ -23,9 +25,9 @@ def main() -> None:
         torch.manual_seed(0)
         q, k, v = (torch.randn(1, HEADS, T, HEAD_DIM) for _ in range(3))  # (B, H, T, d)
         seconds = interleaved_medians({
-            "naive": lambda: naive_attention(q, k, v, causal),
-            "tiled": lambda: tiled_attention(q, k, v, causal),
-            "sdpa": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+            "naive": partial(naive_attention, q, k, v, causal),
+            "tiled": partial(tiled_attention, q, k, v, causal),
+            "sdpa": partial(F.scaled_dot_product_attention, q, k, v, is_causal=causal),
         }, repeats=9, progress=False)  # medians of 9 interleaved runs: this shared machine is noisy
         peak = {method: measure_peak_memory(method, T, HEADS, HEAD_DIM, causal) for method in seconds}
         rows.append({"causal": causal, "length": T, "seconds": seconds, "peak_extra_bytes": peak})

@@ -6,6 +6,8 @@ B · T = 16 · 16384 tokens at every point, so that every point does comparable 
 The result goes to src/attention_book/data/triton_attention_gpu.json.
 """
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 import triton.testing
@@ -29,8 +31,8 @@ def main() -> None:
         q, k, v = (torch.randn(B, H, T, d, device="cuda", dtype=dtype) for _ in range(3))
         expected = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         torch.testing.assert_close(triton_attention(q, k, v, causal), expected, rtol=2e-2, atol=2e-2)
-        ms = {"triton": triton.testing.do_bench(lambda: triton_attention(q, k, v, causal)),
-              "sdpa": triton.testing.do_bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))}
+        ms = {"triton": triton.testing.do_bench(partial(triton_attention, q, k, v, causal)),
+              "sdpa": triton.testing.do_bench(partial(F.scaled_dot_product_attention, q, k, v, is_causal=causal))}
         rows.append({"dtype": str(dtype).removeprefix("torch."), "head_dim": d, "causal": causal, "length": T,
                      "batch": B, "heads": H,
                      "tflops": {name: attention_tflops(B, H, T, d, t / 1e3, causal) for name, t in ms.items()}})

@@ -1,8 +1,12 @@
-"""Test-session set-up that must happen before any test module is imported."""
+"""Test-session set-up that must happen before any test module is imported, and the constants several
+test modules share (imported as `from conftest import ...`)."""
 
+import json
 import os
+from pathlib import Path
 
 import torch
+import yaml
 
 # Chapter 8's Triton kernel is tested in Triton's interpreter when there is no GPU; the switch is read
 # when triton is imported.
@@ -15,3 +19,14 @@ try:
     import triton  # noqa: F401
 except ImportError:  # not on Linux: test_triton_attention.py skips itself
     pass
+
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+REPO_URL = CONFIG["repository"]["url"]
+NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
+
+
+def code_cells(path):
+    """The code cells of the notebook at `path`, as JSON dicts."""
+    return [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]

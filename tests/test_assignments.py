@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from attention_book import assignments, grader
-from test_notebooks_structure import NOTEBOOKS
+from conftest import NOTEBOOKS
 
 
 def solution_cells(path):

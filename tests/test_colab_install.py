@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from test_notebooks_structure import NOTEBOOKS, REPO_URL, ROOT, code_cells
+from conftest import NOTEBOOKS, REPO_URL, ROOT, code_cells
 
 INSTALL = re.compile(r'%pip install -q "(attention-book @ git\+(\S+))"')
 

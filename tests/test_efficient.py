@@ -1,5 +1,7 @@
 """Chapter 8: online softmax equals softmax; tiled attention equals the naive form and stores far less."""
 
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -74,6 +76,8 @@ def test_clear_errors():
         online_softmax(q, -1)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"),
+                    reason="peak memory is read from Linux's /proc (VmHWM, clear_refs)")
 def test_tiled_never_holds_the_score_matrix():
     """Peak memory in fresh processes: tiled stays far below the (H, T, T) scores that naive stores."""
     T, heads = 4096, 4

@@ -121,7 +121,7 @@ def test_cache_memory_formula():
 
 def fake_generate(step_times_by_run, tokens_by_run):
     """A stand-in for `generate` that reports given step times and tokens, run after run."""
-    runs = iter(zip(step_times_by_run, tokens_by_run))
+    runs = iter(zip(step_times_by_run, tokens_by_run, strict=True))
 
     def generate(model, prompt, max_new_tokens, use_cache, progress, step_times):
         times, tokens = next(runs)

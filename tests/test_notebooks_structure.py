@@ -1,16 +1,11 @@
 """Every chapter notebook is committed executed, Colab-ready and listed in the table of contents."""
 
-import json
 import re
-from pathlib import Path
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
-REPO_URL = CONFIG["repository"]["url"]
-NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
+from conftest import NOTEBOOKS, REPO_URL, ROOT, code_cells
 
 
 def toc_files(entries):
@@ -18,10 +13,6 @@ def toc_files(entries):
         if "file" in entry:
             yield entry["file"]
         yield from toc_files(entry.get("chapters", []) + entry.get("sections", []))
-
-
-def code_cells(path):
-    return [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
 
 
 def test_toc_lists_every_chapter_and_nothing_missing():
@@ -52,3 +43,44 @@ def test_colab_ready(path):
     sources = ["".join(c["source"]) for c in cells]
     assert not any("sys.path" in s for s in sources), "notebooks import the package, never edit sys.path"
     assert any("torch.__version__" in s for s in sources), "a cell prints the torch version"
+
+
+# Rounding noise in a stored output: a float in scientific notation with a mantissa (1.3e-06, 9.93e-01)
+# or a float with eight or more decimals (0.8017057180404663). A bound such as "below 1e-5" is fine.
+ROUNDING_NOISE = re.compile(r"\d\.\d+e[-+]?\d+|\d\.\d{8,}")
+# Cells whose output may differ between machines: they measure time or memory.
+MEASUREMENTS = ("interleaved_medians", "measure_generation", "measure_peak_memory")
+
+
+def text_outputs(cell):
+    """The text a code cell printed or returned, as nbval compares it."""
+    texts = []
+    for output in cell["outputs"]:
+        if output["output_type"] == "stream" and output["name"] == "stdout":
+            texts.append("".join(output["text"]))
+        elif "text/plain" in output.get("data", {}):
+            texts.append("".join(output["data"]["text/plain"]))
+    return "\n".join(texts)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_outputs_print_no_rounding_noise(path):
+    """Portable outputs (see `make portability`): digits float32 reproduces on any machine, bounds for noise."""
+    for index, cell in enumerate(code_cells(path)):
+        if "nbval-ignore-output" in cell["metadata"].get("tags", []):
+            continue
+        noise = ROUNDING_NOISE.findall(text_outputs(cell))
+        assert not noise, f"{path.name}, code cell {index}: prints rounding noise {noise[:3]}; print 4 decimals " \
+                          "or the bound the cell asserts"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_outputs_are_ignored_only_where_they_measure(path):
+    """nbval-ignore-output is for timing and memory cells; every other output is compared."""
+    for index, cell in enumerate(code_cells(path)):
+        if "nbval-ignore-output" in cell["metadata"].get("tags", []):
+            source = "".join(cell["source"])
+            assert any(name in source for name in MEASUREMENTS), \
+                f"{path.name}, code cell {index}: nbval-ignore-output on a cell that measures nothing"
+        assert not {"nbval-skip", "raises-exception"} & set(cell["metadata"].get("tags", [])), \
+            f"{path.name}, code cell {index}: skipped by nbval"

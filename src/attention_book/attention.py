@@ -19,7 +19,7 @@ def broadcast_shape(*shapes) -> tuple[int, ...] | None:
     ndim = max(len(shape) for shape in shapes)
     padded = [(1,) * (ndim - len(shape)) + tuple(shape) for shape in shapes]
     result = []
-    for sizes in zip(*padded):
+    for sizes in zip(*padded, strict=True):
         distinct = {size for size in sizes if size != 1}
         if len(distinct) > 1:
             return None

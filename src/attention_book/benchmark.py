@@ -38,7 +38,7 @@ def measure_generation(model, prompt: torch.Tensor, max_new_tokens: int, rounds:
             if not torch.equal(tokens, first):
                 raise AssertionError("generation with and without the cache produced different tokens")
             runs["cached" if use_cache else "uncached"].append(steps)
-    medians = {mode: [statistics.median(step) for step in zip(*times)] for mode, times in runs.items()}
+    medians = {mode: [statistics.median(step) for step in zip(*times, strict=True)] for mode, times in runs.items()}
     return {"machine": machine(), "prompt_length": prompt.shape[-1], "rounds": rounds,
             "parameters": sum(p.numel() for p in model.parameters()), "seconds_per_step": medians}
 

@@ -79,7 +79,7 @@ def plot_mixing(before, after, labels, *, ax=None, title="each word pulled towar
         _, ax = plt.subplots(figsize=(5.5, 4.5))
     ax.scatter(p0[:, 0], p0[:, 1], color="tab:blue", label="embedding")
     ax.scatter(p1[:, 0], p1[:, 1], color="tab:orange", label="after mixing")
-    for (x0, y0), (x1, y1), label in zip(p0, p1, labels):
+    for (x0, y0), (x1, y1), label in zip(p0, p1, labels, strict=True):
         ax.annotate("", xy=(x1, y1), xytext=(x0, y0), arrowprops=dict(arrowstyle="->", color="gray"))
         ax.annotate(label, (x0, y0), textcoords="offset points", xytext=(4, 4))
     ax.set(xlabel="principal direction 1", ylabel="principal direction 2", title=title)
