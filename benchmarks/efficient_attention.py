@@ -10,9 +10,9 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from attention_book.benchmark import interleaved_medians, machine, save_result
 from attention_book.efficient import naive_attention, tiled_attention
-from attention_book.memory import measure_peak_memory
+from attention_book.measure import interleaved_medians, machine, save_result
+from attention_book.measure.memory import measure_peak_memory
 
 LENGTHS = [256, 512, 1024, 2048, 4096]
 HEADS, HEAD_DIM = 8, 64  # B = 1, fp32

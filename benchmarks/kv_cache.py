@@ -7,7 +7,7 @@ The result goes to src/attention_book/data/kv_cache_cpu.json, which chapter 7 pl
 
 import torch
 
-from attention_book.benchmark import measure_generation, save_result
+from attention_book.measure import measure_generation, save_result
 from attention_book.decoder import Decoder, DecoderConfig
 
 NEW_TOKENS = 1024

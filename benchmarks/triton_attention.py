@@ -13,8 +13,8 @@ import torch.nn.functional as F
 import triton.testing
 from tqdm import tqdm
 
-from attention_book.benchmark import machine, save_result
-from attention_book.triton_attention import attention_tflops, triton_attention
+from attention_book.measure import attention_tflops, machine, save_result
+from attention_book.triton_attention import triton_attention
 
 LENGTHS = [1024, 2048, 4096, 8192, 16384]
 TOKENS_PER_POINT = 16 * 16384  # batch · T kept constant: B = TOKENS_PER_POINT // T

@@ -8,7 +8,8 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attention_book import SelfAttention, attention_weights, scaled_dot_product_attention
+from attention_book import SelfAttention, scaled_dot_product_attention
+from attention_book.attention import attention_weights
 
 SETTINGS = settings(max_examples=60, deadline=None)
 

@@ -55,7 +55,7 @@ def test_installed_package_imports_and_has_its_data(remote, tmp_path):
     """Installed from the git URL (not this checkout), the package imports and finds its stored results."""
     site = tmp_path / "site"
     pip("install", "--quiet", "--no-deps", "--target", str(site), f"attention-book @ {remote}")
-    check = ("import attention_book, torch; from attention_book.benchmark import load_result; "
+    check = ("import attention_book, torch; from attention_book.measure import load_result; "
              "print(attention_book.__file__); print(len(load_result('kv_cache_cpu')['seconds_per_step']['cached']))")
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=tmp_path,
                           env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 
 from attention_book.efficient import naive_attention, online_softmax, tiled_attention
-from attention_book.memory import measure_peak_memory
+from attention_book.measure.memory import measure_peak_memory
 
 
 @settings(max_examples=40, deadline=None)

@@ -6,10 +6,9 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from attention_book import keras_decoder as kd
-from attention_book import decoder as decoder_module
-from attention_book.benchmark import measure_generation
 from attention_book.decoder import Decoder, DecoderConfig, cached_vs_full, generate
 from attention_book.kv_cache import KVCache, kv_cache_bytes
+from attention_book.measure import benchmark, measure_generation
 
 
 def random_decoder(layers, heads, head_dim, seed, context_length=32) -> Decoder:
@@ -119,22 +118,26 @@ def test_cache_memory_formula():
     assert sum(c.nbytes() for c in caches) == kv_cache_bytes(2, 2, 4, 7, 4, batch=3)
 
 
-def fake_generate(step_times_by_run, tokens_by_run):
-    """A stand-in for `generate` that reports given step times and tokens, run after run."""
+def fake_generation(monkeypatch, step_times_by_run, tokens_by_run):
+    """Stand-ins for `generate_steps` and the clock: run after run, each step takes the given seconds
+    of a fake clock and yields the given tokens."""
     runs = iter(zip(step_times_by_run, tokens_by_run, strict=True))
+    now = [0.0]
 
-    def generate(model, prompt, max_new_tokens, use_cache, progress, step_times):
+    def generate_steps(model, prompt, max_new_tokens, use_cache):
         times, tokens = next(runs)
-        step_times.extend(times)
-        return tokens
-    return generate
+        for seconds in times:
+            now[0] += seconds
+            yield tokens
+    monkeypatch.setattr(benchmark, "generate_steps", generate_steps)
+    monkeypatch.setattr(benchmark, "perf_counter", lambda: now[0])
 
 
 def test_measure_generation_takes_each_steps_median_over_alternating_rounds(monkeypatch):
     # Runs alternate cached, uncached, cached, ...; a slow moment in one run (9.0, 90.0) must not show.
     times = [[1.0, 2.0], [10.0, 20.0], [9.0, 2.5], [11.0, 90.0], [1.5, 1.0], [12.0, 21.0]]
     tokens = torch.tensor([[1, 2, 3]])
-    monkeypatch.setattr(decoder_module, "generate", fake_generate(times, [tokens] * 6))
+    fake_generation(monkeypatch, times, [tokens] * 6)
     result = measure_generation(torch.nn.Linear(2, 3), tokens[:, :1], 2, rounds=3, progress=False)
     assert (result["rounds"], result["prompt_length"], result["parameters"]) == (3, 1, 9)
     assert result["seconds_per_step"] == {"cached": [1.5, 2.0], "uncached": [11.0, 21.0]}
@@ -142,7 +145,7 @@ def test_measure_generation_takes_each_steps_median_over_alternating_rounds(monk
 
 def test_measure_generation_refuses_runs_that_generate_different_tokens(monkeypatch):
     same, other = torch.tensor([[1, 2, 3]]), torch.tensor([[1, 2, 4]])
-    monkeypatch.setattr(decoder_module, "generate", fake_generate([[1.0]] * 4, [same, same, same, other]))
+    fake_generation(monkeypatch, [[1.0]] * 4, [same, same, same, other])
     with pytest.raises(AssertionError, match="different tokens"):
         measure_generation(None, same[:, :1], 1, rounds=2, progress=False)
     with pytest.raises(ValueError, match="rounds must be at least 1, got 0"):

@@ -84,3 +84,12 @@ def test_outputs_are_ignored_only_where_they_measure(path):
                 f"{path.name}, code cell {index}: nbval-ignore-output on a cell that measures nothing"
         assert not {"nbval-skip", "raises-exception"} & set(cell["metadata"].get("tags", [])), \
             f"{path.name}, code cell {index}: skipped by nbval"
+
+
+def test_top_level_exports_exactly_what_the_chapters_call_as_ab():
+    """The package's export rule (its docstring): `ab.<name>` in a chapter, and nothing else."""
+    import attention_book
+
+    used = {name for path in NOTEBOOKS for cell in code_cells(path)
+            for name in re.findall(r"\bab\.(\w+)", "".join(cell["source"]))}
+    assert set(attention_book.__all__) == used

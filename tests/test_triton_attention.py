@@ -8,7 +8,8 @@ import torch.nn.functional as F
 pytest.importorskip("triton", reason="triton is published for Linux only")
 
 from attention_book.causal import causal_mask  # noqa: E402
-from attention_book.triton_attention import attention_tflops, triton_attention  # noqa: E402
+from attention_book.measure import attention_tflops  # noqa: E402
+from attention_book.triton_attention import triton_attention  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 

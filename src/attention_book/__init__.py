@@ -1,20 +1,22 @@
-"""Helpers for the book *Attention from scratch*; each names the chapter that teaches it."""
+"""Helpers for the book *Attention from scratch*; each names the chapter that teaches it.
 
-from .attention import (  # chapter 2
-    apply_mask,
-    attention_weights,
-    check_attention_inputs,
-    masked_softmax,
-    scaled_dot_product_attention,
-)
+The rule for what this top level exports: exactly the names the chapters call as `ab.<name>` after
+`import attention_book as ab`, the core of chapters 1-5, one name per idea. Everything else is imported
+from the module named after its subject, in the chapters' order: `tokens` (1), `attention`,
+`self_attention` and `scaling` (2), `multihead` (3, 4), `causal` (5), `keras_decoder` (6), `kv_cache` and
+`decoder` (7), `efficient` and `triton_attention` (8); figures from `plotting`, measurement from `measure`,
+exercise feedback from `grader` and course tooling from `assignments`.
+"""
+
+from .attention import scaled_dot_product_attention  # chapter 2
 from .causal import CausalSelfAttention, causal_mask  # chapter 5
-from .modules import SelfAttention  # chapter 2
 from .multihead import (  # chapter 3
     MultiHeadAttention,
     MultiHeadAttentionWrapper,
     mask_from_torch,
     stacked_multihead_attention,
 )
+from .self_attention import SelfAttention  # chapter 2
 from .tokens import SENTENCE, build_vocab, encode, words  # chapter 1
 
 __all__ = [
@@ -23,14 +25,10 @@ __all__ = [
     "MultiHeadAttention",
     "MultiHeadAttentionWrapper",
     "SelfAttention",
-    "apply_mask",
-    "attention_weights",
     "build_vocab",
     "causal_mask",
-    "check_attention_inputs",
     "encode",
     "mask_from_torch",
-    "masked_softmax",
     "scaled_dot_product_attention",
     "stacked_multihead_attention",
     "words",

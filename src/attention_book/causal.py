@@ -3,6 +3,7 @@
 import torch
 from torch import nn
 
+from .attention import validate_causal_lengths
 from .multihead import MultiHeadAttention
 
 
@@ -14,8 +15,7 @@ def causal_mask(num_queries: int, num_keys: int | None = None, device=None) -> t
     `F.scaled_dot_product_attention` aligns the triangle at the top left instead, which is wrong here.
     """
     num_keys = num_queries if num_keys is None else num_keys
-    if num_queries > num_keys:
-        raise ValueError(f"a causal mask needs at least as many keys as queries, got T={num_queries} > S={num_keys}")
+    validate_causal_lengths(num_queries, num_keys)
     ones = torch.ones(num_queries, num_keys, dtype=torch.bool, device=device)
     return ones.tril(diagonal=num_keys - num_queries)  # (T, S)
 

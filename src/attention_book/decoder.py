@@ -1,11 +1,10 @@
 """A small GPT-style decoder built from the package, and text generation with and without a KV cache (chapter 7)."""
 
-import time
 from dataclasses import dataclass
 
 import torch
 from torch import nn
-from tqdm import trange
+from tqdm import tqdm
 
 from .causal import CausalSelfAttention
 from .kv_cache import KVCache
@@ -82,25 +81,31 @@ def next_token(logits: torch.Tensor, temperature: float = 0.0, generator: torch.
 
 
 @torch.inference_mode()
-def generate(model: Decoder, prompt: torch.Tensor, max_new_tokens: int, use_cache: bool = True,
-             temperature: float = 0.0, generator: torch.Generator | None = None, progress: bool = False,
-             step_times: list | None = None) -> torch.Tensor:
-    """Continue `prompt` (B, T0) by `max_new_tokens` tokens -> (B, T0 + max_new_tokens) (chapter 7).
+def generate_steps(model: Decoder, prompt: torch.Tensor, max_new_tokens: int, use_cache: bool = True,
+                   temperature: float = 0.0, generator: torch.Generator | None = None):
+    """Continue `prompt` (B, T0) one token at a time, yielding the sequence (B, T0 + i) after step i (chapter 7).
 
     With the cache, the prompt is run once (prefill) and every later step feeds only the newest token
-    (decode); without it every step runs the whole sequence. `step_times`, if given, receives the
-    seconds each step took.
+    (decode); without it every step runs the whole sequence.
     """
     caches = model.new_caches() if use_cache else None
     tokens, fresh = prompt, prompt  # fresh: the positions the model has not seen yet
-    for _ in trange(max_new_tokens, disable=not progress, desc="with cache" if use_cache else "without cache"):
-        start = time.perf_counter()
+    for _ in range(max_new_tokens):
         logits = model(fresh if use_cache else tokens, caches)[:, -1]  # (B, V): the last position only
         chosen = next_token(logits, temperature, generator)  # (B, 1)
         tokens = torch.cat([tokens, chosen], dim=-1)  # (B, T + 1)
         fresh = chosen
-        if step_times is not None:
-            step_times.append(time.perf_counter() - start)
+        yield tokens
+
+
+def generate(model: Decoder, prompt: torch.Tensor, max_new_tokens: int, use_cache: bool = True,
+             temperature: float = 0.0, generator: torch.Generator | None = None, progress: bool = False):
+    """`prompt` (B, T0) continued by `max_new_tokens` tokens -> (B, T0 + max_new_tokens) (chapter 7)."""
+    tokens = prompt
+    steps = generate_steps(model, prompt, max_new_tokens, use_cache, temperature, generator)
+    for sequence in tqdm(steps, total=max_new_tokens, disable=not progress,
+                         desc="with cache" if use_cache else "without cache"):
+        tokens = sequence
     return tokens
 
 

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from .attention import check_attention_inputs
+from .attention import validate_attention_inputs, validate_causal_lengths
 from .causal import causal_mask
 
 
@@ -17,7 +17,7 @@ def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
     Keeps a running maximum m and a running sum l of exp(x − m); when a block raises the maximum, the
     sum so far is rescaled by exp(m_old − m_new). One pass gives m and l; the result is exp(x − m) / l.
     """
-    check_block_size(block_size, "block_size")
+    validate_block_size(block_size, "block_size")
     m = torch.full(x.shape[:-1] + (1,), float("-inf"), dtype=x.dtype, device=x.device)  # (..., 1)
     l = torch.zeros_like(m)  # (..., 1)
     for start in range(0, x.shape[-1], block_size):
@@ -28,15 +28,10 @@ def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
     return torch.exp(x - m) / l
 
 
-def check_block_size(size: int, name: str) -> None:
-    if not isinstance(size, int) or size < 1:
-        raise ValueError(f"{name} must be a positive integer, got {size!r}")
-
-
 def naive_attention(query, key, value, causal: bool = False) -> torch.Tensor:
     """The textbook form, softmax(Q Kᵀ / √d_k + mask) V, as chapters 2 and 5 first write it: the whole
     (..., T, S) score matrix, then its softmax, each in a buffer of its own."""
-    check_attention_inputs(query, key, value)
+    validate_attention_inputs(query, key, value)
     scores = (query / math.sqrt(query.shape[-1])) @ key.transpose(-2, -1)  # (..., T, S)
     if causal:
         blocked = ~causal_mask(query.shape[-2], key.shape[-2], device=query.device)  # (T, S)
@@ -52,17 +47,18 @@ def tiled_attention(query, key, value, causal: bool = False, block_q: int = 256,
     queries are the last T of S positions (chapter 5's bottom-right mask), and key blocks wholly in a
     query block's future are skipped.
     """
-    score_shape = check_attention_inputs(query, key, value)  # (..., T, S)
-    check_block_size(block_q, "block_q")
-    check_block_size(block_k, "block_k")
+    score_shape = validate_attention_inputs(query, key, value)  # (..., T, S)
+    validate_block_size(block_q, "block_q")
+    validate_block_size(block_k, "block_k")
     T, S, d_k, d_v = query.shape[-2], key.shape[-2], query.shape[-1], value.shape[-1]
-    if causal and T > S:
-        raise ValueError(f"causal attention needs at least as many keys as queries, got T={T} > S={S}")
+    if causal:
+        validate_causal_lengths(T, S)
     batch = score_shape[:-2]
-    q = query.expand(*batch, T, d_k).reshape(-1, T, d_k)  # (N, T, d_k), N = prod(batch); a view, no copy
-    k_t = key.expand(*batch, S, d_k).reshape(-1, S, d_k).transpose(1, 2)  # (N, d_k, S)
-    v = value.expand(*batch, S, d_v).reshape(-1, S, d_v)  # (N, S, d_v), a view too
-    output = torch.empty(q.shape[0], T, d_v, dtype=q.dtype, device=q.device)  # (N, T, d_v)
+    # G = prod(batch): every batch and head axis flattened into one, so that torch.bmm takes them all
+    q = query.expand(*batch, T, d_k).reshape(-1, T, d_k)  # (G, T, d_k); a view, no copy
+    k_t = key.expand(*batch, S, d_k).reshape(-1, S, d_k).transpose(1, 2)  # (G, d_k, S)
+    v = value.expand(*batch, S, d_v).reshape(-1, S, d_v)  # (G, S, d_v), a view too
+    output = torch.empty(q.shape[0], T, d_v, dtype=q.dtype, device=q.device)  # (G, T, d_v)
     # Base-2 exponentials: e^x = 2^(x · log2 e), so log2 e joins the 1/√d_k scale and m, l, p are in base 2.
     # Same result, but on x86 CPUs torch.exp is many times slower for every input below about −88 (whose
     # result underflows), the masked −inf scores among them; torch.exp2 slows only where its result is
@@ -70,23 +66,29 @@ def tiled_attention(query, key, value, causal: bool = False, block_q: int = 256,
     scale = math.log2(math.e) / math.sqrt(d_k)
     offset = S - T  # query i sits at position offset + i
     for i in range(0, T, block_q):
-        q_block = q[:, i:i + block_q] * scale  # scaled here, one block at a time: (N, n, d_k)
+        q_block = q[:, i:i + block_q] * scale  # scaled here, one block at a time: (G, n, d_k)
         n = q_block.shape[1]
         m = torch.full((q.shape[0], n, 1), float("-inf"), dtype=q.dtype, device=q.device)  # running max
         l = torch.zeros_like(m)  # running sum of 2^(score − m)
         acc = torch.zeros(q.shape[0], n, d_v, dtype=q.dtype, device=q.device)  # running unnormalised output
         last_key = offset + i + n if causal else S  # keys at or after it are every query's future
         for j in range(0, last_key, block_k):
-            scores = torch.bmm(q_block, k_t[:, :, j:j + block_k])  # (N, n, b)
+            scores = torch.bmm(q_block, k_t[:, :, j:j + block_k])  # (G, n, b)
             if causal and j + scores.shape[-1] - 1 > offset + i:  # the block crosses the diagonal
                 query_pos = torch.arange(offset + i, offset + i + n, device=q.device)[:, None]  # (n, 1)
                 key_pos = torch.arange(j, j + scores.shape[-1], device=q.device)[None, :]  # (1, b)
                 scores.masked_fill_(key_pos > query_pos, float("-inf"))
-            m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))  # (N, n, 1)
-            rescale = torch.exp2(m - m_new)  # how much the old maximum overestimated: (N, n, 1)
-            p = scores.sub_(m_new).exp2_()  # in place: (N, n, b)
+            m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))  # (G, n, 1)
+            rescale = torch.exp2(m - m_new)  # how much the old maximum overestimated: (G, n, 1)
+            p = scores.sub_(m_new).exp2_()  # in place: (G, n, b)
             l.mul_(rescale).add_(p.sum(dim=-1, keepdim=True))
             acc.mul_(rescale).baddbmm_(p, v[:, j:j + block_k])  # acc · rescale + p V_j
             m = m_new
         output[:, i:i + block_q] = acc.div_(l)
-    return output.reshape(*batch, T, d_v)  # (N, T, d_v) -> (..., T, d_v)
+    return output.reshape(*batch, T, d_v)  # (G, T, d_v) -> (..., T, d_v)
+
+
+def validate_block_size(size: int, name: str) -> None:
+    """A block size must be a positive int; the error names the argument (chapter 8)."""
+    if not isinstance(size, int) or size < 1:
+        raise ValueError(f"{name} must be a positive integer, got {size!r}")

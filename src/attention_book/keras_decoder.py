@@ -11,8 +11,7 @@ import torch
 from torch import nn
 
 from .causal import causal_mask
-from .modules import copy_parameters
-from .multihead import MultiHeadAttention
+from .multihead import MultiHeadAttention, copy_parameters
 
 
 VOCAB = {0: "<pad>", 1: "今", 2: "天", 3: "气", 4: "好", 5: "真"}  # chapter 6's characters; 0 pads

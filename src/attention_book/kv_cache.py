@@ -51,8 +51,8 @@ class KVCache:
             self.keys = _zeros_like(keys, (*lead, self.max_length, keys.shape[-1]))
             self.values = _zeros_like(values, (*lead, self.max_length, values.shape[-1]))
         else:
-            self._check_fits(keys, self.keys, "keys")
-            self._check_fits(values, self.values, "values")
+            self._validate_fits(keys, self.keys, "keys")
+            self._validate_fits(values, self.values, "values")
         if self.length + n > self.max_length:
             raise ValueError(f"KV cache overflow: {self.length} positions stored + {n} new > max_length="
                              f"{self.max_length}")
@@ -62,7 +62,7 @@ class KVCache:
         return self.keys[..., :self.length, :], self.values[..., :self.length, :]  # (..., S, d)
 
     @staticmethod
-    def _check_fits(new, stored, name: str) -> None:
+    def _validate_fits(new, stored, name: str) -> None:
         if new.shape[:-2] != stored.shape[:-2] or new.shape[-1] != stored.shape[-1]:
             stored_shape = (*stored.shape[:-2], "S", stored.shape[-1])
             raise ValueError(f"new {name} of shape {tuple(new.shape)} do not fit a cache of {name} shaped "

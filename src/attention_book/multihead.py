@@ -4,8 +4,15 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from .attention import check_attention_inputs, scaled_dot_product_attention, softmax_scores
-from .modules import SelfAttention, check_width, copy_parameters
+from .attention import (
+    apply_mask,
+    masked_softmax,
+    scaled_dot_product_attention,
+    scaled_scores,
+    validate_attention_inputs,
+    validate_width,
+)
+from .self_attention import SelfAttention
 
 
 def stacked_multihead_attention(x, W_query, W_key, W_value):
@@ -78,17 +85,17 @@ class MultiHeadAttention(nn.Module):
         """
         key = query if key is None else key
         value = key if value is None else value
-        check_width(query, self.embed_dim, "query", "embed_dim")
-        check_width(key, self.kdim, "key", "kdim")
-        check_width(value, self.vdim, "value", "vdim")
+        validate_width(query, self.embed_dim, "query", "embed_dim")
+        validate_width(key, self.kdim, "key", "kdim")
+        validate_width(value, self.vdim, "value", "vdim")
         q = self.split_heads(self.q_proj(query))  # (..., H, T, E/H)
         k = self.split_heads(self.k_proj(key))  # (..., H, S, E/H)
         v = self.split_heads(self.v_proj(value))  # (..., H, S, E/H)
         if cache is not None:
             k, v = cache.append(k, v)  # every position so far: (..., H, S_cached + S, E/H)
-        check_attention_inputs(q, k, v, mask)  # errors name the per-head shapes
+        validate_attention_inputs(q, k, v, mask)  # errors name the per-head shapes
         if need_weights or (self.training and self.dropout.p > 0):
-            weights = softmax_scores(q, k, mask)  # (..., H, T, S)
+            weights = head_weights(q, k, mask)  # (..., H, T, S)
             context = self.dropout(weights) @ v  # (..., H, T, E/H)
             averaged = weights.mean(dim=-3) if need_weights else None  # (..., T, S)
             return self.out_proj(self.merge_heads(context)), averaged
@@ -105,6 +112,19 @@ class MultiHeadAttention(nn.Module):
         module.to(device=mha.out_proj.weight.device, dtype=mha.out_proj.weight.dtype)
         load_torch_weights(module, mha)
         return module
+
+
+def head_weights(q: torch.Tensor, k: torch.Tensor, mask=None) -> torch.Tensor:
+    """Every head's softmax(q kᵀ / √d_k + mask): (..., H, T, S) (chapter 3).
+
+    Chapter 2's `softmax_scores`, except that with no mask and no gradient to keep, the softmax is written
+    over the fresh scores: at GPT-2 sizes a second (B, H, T, S) buffer costs more to allocate and fault in
+    than the softmax itself (chapter 3's speed section measures it).
+    """
+    scores = scaled_scores(q, k)  # (..., H, T, S)
+    if mask is None and not scores.requires_grad:
+        return torch.softmax(scores, dim=-1, out=scores)
+    return masked_softmax(apply_mask(scores, mask))
 
 
 def torch_weight_map(mha: nn.MultiheadAttention) -> dict[str, torch.Tensor]:
@@ -126,6 +146,22 @@ def torch_weight_map(mha: nn.MultiheadAttention) -> dict[str, torch.Tensor]:
 def load_torch_weights(module: MultiHeadAttention, mha: nn.MultiheadAttention) -> None:
     """Copy tensors by the explicit name map, checking every shape."""
     copy_parameters(module, torch_weight_map(mha), "nn.MultiheadAttention has")
+
+
+def copy_parameters(module: nn.Module, tensors: dict, source: str) -> None:
+    """Copy `tensors` (parameter name -> tensor or array) into `module`, checking every shape first.
+
+    The weight loaders of chapters 3 and 6 are explicit name maps fed to this; `source` names where the
+    tensors come from in the error, e.g. "nn.MultiheadAttention has".
+    """
+    ours = dict(module.named_parameters())
+    tensors = {name: torch.as_tensor(tensor) for name, tensor in tensors.items()}
+    for name, tensor in tensors.items():  # all checked before anything is copied
+        if ours[name].shape != tensor.shape:
+            raise ValueError(f"{name}: expected shape {tuple(ours[name].shape)}, {source} {tuple(tensor.shape)}")
+    with torch.no_grad():
+        for name, tensor in tensors.items():
+            ours[name].copy_(tensor)
 
 
 def additive_mask(mask: torch.Tensor) -> torch.Tensor:

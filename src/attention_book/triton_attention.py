@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .attention import check_attention_inputs
+from .attention import validate_attention_inputs, validate_causal_lengths
 
 LOG2_E = 1.4426950408889634  # exp(x) = 2^(x · log2 e); exp2 is the GPU's native instruction
 
@@ -84,7 +84,7 @@ def triton_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     fp16, bf16 or fp32 on a CUDA device (or on the CPU under TRITON_INTERPRET=1); d a power of two from
     16 to 256. With `causal`, the queries are the last T of S positions.
     """
-    check_attention_inputs(query, key, value)
+    validate_attention_inputs(query, key, value)
     if not (query.shape[:-2] == key.shape[:-2] == value.shape[:-2] and query.dim() == 4):
         raise ValueError(f"triton_attention wants (B, H, T, d) inputs with equal B and H, got query "
                          f"{tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}")
@@ -93,8 +93,8 @@ def triton_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         raise ValueError(f"head_dim must be the same power of two (16 to 256) for queries and values, "
                          f"got d_k={d}, d_v={value.shape[-1]}")
     T, S = query.shape[-2], key.shape[-2]
-    if causal and T > S:
-        raise ValueError(f"causal attention needs at least as many keys as queries, got T={T} > S={S}")
+    if causal:
+        validate_causal_lengths(T, S)
     q, k, v = (t.flatten(0, 1).contiguous() for t in (query, key, value))  # (B·H, T or S, d)
     out = torch.empty_like(q)  # (B·H, T, d)
     grid = (triton.cdiv(T, block_q), q.shape[0])
@@ -104,8 +104,3 @@ def triton_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
                             num_warps=num_warps or (4 if d <= 64 else 8), num_stages=num_stages)
     return out.unflatten(0, query.shape[:2])  # (B·H, T, d) -> (B, H, T, d)
 
-
-def attention_tflops(batch: int, heads: int, length: int, head_dim: int, seconds: float, causal: bool) -> float:
-    """Forward-pass throughput: Q Kᵀ and P V are 2 · 2·T·S·d flops per head, half of it under a causal mask."""
-    flops = 4 * batch * heads * length * length * head_dim * (0.5 if causal else 1.0)
-    return flops / seconds / 1e12

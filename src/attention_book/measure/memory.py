@@ -3,7 +3,7 @@
 A fresh interpreter per measurement: nothing allocated earlier (caches, other methods' buffers) can
 hide or inflate the peak. Linux only: it resets and reads the kernel's peak-RSS counter (VmHWM).
 
-    python -m attention_book.memory tiled 4096 --heads 8 --head-dim 64 [--causal]
+    python -m attention_book.measure.memory tiled 4096 --heads 8 --head-dim 64 [--causal]
 prints the bytes by which the process's peak resident memory exceeded its size just before the call.
 """
 
@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-from .efficient import naive_attention, tiled_attention
+from ..efficient import naive_attention, tiled_attention
 
 METHODS = {
     "naive": naive_attention,
@@ -24,7 +24,7 @@ METHODS = {
 }
 
 
-def _check_linux() -> None:
+def _require_linux() -> None:
     if not sys.platform.startswith("linux"):
         raise RuntimeError(f"peak memory is measured through Linux's /proc; it is not available on {sys.platform}")
 
@@ -36,7 +36,7 @@ def _status_bytes(key: str) -> int:
 
 def peak_extra_bytes(method: str, length: int, heads: int, head_dim: int, causal: bool) -> int:
     """In this process: peak resident memory of one call above the memory held just before it."""
-    _check_linux()
+    _require_linux()
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, heads, length, head_dim) for _ in range(3))  # (B, H, T, d)
     with torch.inference_mode():
@@ -52,10 +52,10 @@ def peak_extra_bytes(method: str, length: int, heads: int, head_dim: int, causal
 
 def measure_peak_memory(method: str, length: int, heads: int = 8, head_dim: int = 64, causal: bool = False) -> int:
     """`peak_extra_bytes` in a fresh Python process (chapter 8)."""
-    _check_linux()
+    _require_linux()
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
-    command = [sys.executable, "-m", "attention_book.memory", method, str(length), "--heads", str(heads),
+    command = [sys.executable, "-m", "attention_book.measure.memory", method, str(length), "--heads", str(heads),
                "--head-dim", str(head_dim)] + (["--causal"] if causal else [])
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode:

@@ -1,13 +1,18 @@
-"""Timing for the book's benchmark sections: ratios measured in one run, never timed unit tests."""
+"""Timing for the book's benchmark sections: ratios measured in one run, never timed unit tests.
+
+The teaching code knows nothing of this module: it times functions and generation steps from outside.
+"""
 
 import json
 import platform
 import statistics
-import time
 from importlib import resources
+from time import perf_counter
 
 import torch
 from tqdm import tqdm  # plain text bar: works in a terminal, a notebook and nbval alike
+
+from ..decoder import generate_steps
 
 
 def machine() -> dict:
@@ -16,28 +21,43 @@ def machine() -> dict:
             "torch": torch.__version__.split("+")[0], "threads": torch.get_num_threads()}
 
 
+def synchronize() -> None:
+    """Wait for queued CUDA work before the clock is read; nothing to wait for on a CPU."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def time_steps(steps) -> tuple[list[float], object]:
+    """Run the generator `steps` to its end: the seconds each step took, and the last value it yielded."""
+    seconds, last = [], None
+    start = perf_counter()
+    for value in steps:
+        synchronize()
+        seconds.append(perf_counter() - start)
+        last, start = value, perf_counter()
+    return seconds, last
+
+
 def measure_generation(model, prompt: torch.Tensor, max_new_tokens: int, rounds: int = 3,
                        progress: bool = True) -> dict:
     """Generate greedily with and without the KV cache, `rounds` times each in turn; seconds per step (chapter 7).
 
-    Each step's time is its median over the rounds: alternating the runs spreads the machine's slow
-    moments over both, and the median drops them. Every run must produce the same tokens, otherwise the
-    timings would compare different work.
+    Each step of chapter 7's `generate_steps` is timed from outside. Each step's time is its median over
+    the rounds: alternating the runs spreads the machine's slow moments over both, and the median drops
+    them. Every run must produce the same tokens, otherwise the timings would compare different work.
     """
-    from .decoder import generate
-
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
     runs, first = {"cached": [], "uncached": []}, None
     for _ in range(rounds):
         for use_cache in (True, False):
-            steps = []
-            tokens = generate(model, prompt, max_new_tokens, use_cache=use_cache, progress=progress,
-                              step_times=steps)
+            steps = tqdm(generate_steps(model, prompt, max_new_tokens, use_cache=use_cache), total=max_new_tokens,
+                         disable=not progress, desc="with cache" if use_cache else "without cache")
+            seconds, tokens = time_steps(steps)
             first = tokens if first is None else first
             if not torch.equal(tokens, first):
                 raise AssertionError("generation with and without the cache produced different tokens")
-            runs["cached" if use_cache else "uncached"].append(steps)
+            runs["cached" if use_cache else "uncached"].append(seconds)
     medians = {mode: [statistics.median(step) for step in zip(*times, strict=True)] for mode, times in runs.items()}
     return {"machine": machine(), "prompt_length": prompt.shape[-1], "rounds": rounds,
             "parameters": sum(p.numel() for p in model.parameters()), "seconds_per_step": medians}
@@ -66,9 +86,11 @@ def interleaved_medians(functions: dict, repeats: int = 5, progress: bool = True
     with torch.inference_mode():
         for fn in functions.values():
             fn()  # warm-up
+        synchronize()
         for _ in tqdm(range(repeats), desc="timing", leave=False, disable=not progress):
             for name, fn in functions.items():
-                start = time.perf_counter()
+                start = perf_counter()
                 fn()
-                times[name].append(time.perf_counter() - start)
+                synchronize()
+                times[name].append(perf_counter() - start)
     return {name: statistics.median(seconds) for name, seconds in times.items()}

@@ -1,0 +1,27 @@
+"""One head of self-attention as an `nn.Module`, with the source article's weight layout (chapter 2)."""
+
+import torch
+from torch import nn
+
+from .attention import scaled_dot_product_attention, validate_width
+
+
+class SelfAttention(nn.Module):
+    """One head with its own W_query, W_key (d_in, d_k) and W_value (d_in, d_v), used as x @ W (chapter 2)."""
+
+    def __init__(self, d_in: int, d_out_kq: int, d_out_v: int):
+        super().__init__()
+        self.d_in = d_in
+        # Drawn with torch.rand in this order, so a seed reproduces the source article's numbers.
+        self.W_query = nn.Parameter(torch.rand(d_in, d_out_kq))
+        self.W_key = nn.Parameter(torch.rand(d_in, d_out_kq))
+        self.W_value = nn.Parameter(torch.rand(d_in, d_out_v))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x (..., T, d_in) -> context vectors (..., T, d_v)."""
+        validate_width(x, self.d_in)
+        queries = x @ self.W_query  # (..., T, d_k)
+        keys = x @ self.W_key  # (..., T, d_k)
+        values = x @ self.W_value  # (..., T, d_v)
+        context, _ = scaled_dot_product_attention(queries, keys, values, mask)
+        return context
