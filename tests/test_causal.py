@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 import attention_book as ab
+from attention_book.kv_cache import KVCache
 
 SETTINGS = settings(max_examples=40, deadline=None)
 sizes = st.tuples(st.integers(1, 3), st.integers(2, 9), st.integers(1, 4), st.integers(1, 4), st.integers(0, 2**31 - 1))
@@ -86,3 +87,46 @@ def test_dropout_only_in_training():
     model.eval()
     torch.testing.assert_close(model(x)[0], model(x, need_weights=True)[0])
     assert torch.equal(model(x)[0], model(x)[0])
+
+
+@SETTINGS
+@given(sizes, st.booleans())
+def test_is_causal_equals_the_explicit_mask(size, need_weights):
+    """MultiHeadAttention's `is_causal` (fused or weights path) equals chapter 5's mask when T == S."""
+    batch, t, heads, head_dim, seed = size
+    torch.manual_seed(seed)
+    module = ab.MultiHeadAttention(heads * head_dim, heads).eval()
+    x = torch.randn(batch, t, heads * head_dim, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        implicit = module(x, need_weights=need_weights, is_causal=True)
+        explicit = module(x, mask=ab.causal_mask(t), need_weights=need_weights)
+    torch.testing.assert_close(implicit[0], explicit[0])
+    if need_weights:
+        torch.testing.assert_close(implicit[1], explicit[1])
+
+
+def test_causal_self_attention_leaves_the_mask_to_the_fused_kernel_when_t_equals_s(monkeypatch):
+    """T == S: SDPA gets is_causal and no mask tensor (which a GPU's flash kernel needs); T < S: the mask."""
+    calls, sdpa = [], F.scaled_dot_product_attention
+
+    def recording_sdpa(q, k, v, attn_mask=None, is_causal=False):
+        calls.append((attn_mask, is_causal))
+        return sdpa(q, k, v, attn_mask=attn_mask, is_causal=is_causal)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", recording_sdpa)
+    model = ab.CausalSelfAttention(8, 2).eval()
+    cache = KVCache(16)
+    with torch.no_grad():
+        model(torch.randn(1, 5, 8), cache=cache)  # prefill: T = S = 5
+        model(torch.randn(1, 2, 8), cache=cache)  # two new positions: T = 2 < S = 7
+    assert calls[0] == (None, True)
+    assert calls[1][1] is False and torch.equal(calls[1][0], ab.causal_mask(2, 7))
+
+
+def test_is_causal_refuses_what_it_cannot_mean():
+    module = ab.MultiHeadAttention(8, 2)
+    x = torch.randn(1, 4, 8)
+    with pytest.raises(ValueError, match="either a mask or is_causal=True, not both"):
+        module(x, mask=ab.causal_mask(4), is_causal=True)
+    with pytest.raises(ValueError, match=r"is_causal needs as many queries as keys, got T=4, S=6"):
+        module(x, torch.randn(1, 6, 8), is_causal=True)

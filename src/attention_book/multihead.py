@@ -77,11 +77,14 @@ class MultiHeadAttention(nn.Module):
         """(..., H, T, E/H) -> (..., T, E): the concatenation of the heads (H·d_k wide in general)."""
         return x.transpose(-3, -2).flatten(-2)  # (..., T, H, E/H) -> (..., T, E)
 
-    def forward(self, query, key=None, value=None, mask=None, need_weights: bool = True, cache=None):
+    def forward(self, query, key=None, value=None, mask=None, need_weights: bool = True, cache=None,
+                is_causal: bool = False):
         """Returns (output (..., T, E), weights averaged over heads (..., T, S) or None).
 
         With a `KVCache` (chapter 7) the new keys and values are appended to it and the queries attend to
-        every position it holds; `mask` must then cover all of them.
+        every position it holds; `mask` must then cover all of them. `is_causal` is
+        `F.scaled_dot_product_attention`'s, for T == S only (chapter 5): it lets the fused kernel skip the
+        future without a mask tensor, which a GPU's flash kernel needs.
         """
         key = query if key is None else key
         value = key if value is None else value
@@ -94,12 +97,19 @@ class MultiHeadAttention(nn.Module):
         if cache is not None:
             k, v = cache.append(k, v)  # every position so far: (..., H, S_cached + S, E/H)
         validate_attention_inputs(q, k, v, mask)  # errors name the per-head shapes
+        if is_causal:
+            validate_is_causal(q, k, mask)
         if need_weights or (self.training and self.dropout.p > 0):
+            if is_causal:  # F.scaled_dot_product_attention's is_causal, written out: (T, T), True = may attend
+                mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
             weights = head_weights(q, k, mask)  # (..., H, T, S)
             context = self.dropout(weights) @ v  # (..., H, T, E/H)
             averaged = weights.mean(dim=-3) if need_weights else None  # (..., T, S)
             return self.out_proj(self.merge_heads(context)), averaged
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # fused kernel, same maths
+        if is_causal:  # the same mask, left to the fused kernel
+            context = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # fused kernel, same maths
         return self.out_proj(self.merge_heads(context)), None
 
     @classmethod
@@ -112,6 +122,15 @@ class MultiHeadAttention(nn.Module):
         module.to(device=mha.out_proj.weight.device, dtype=mha.out_proj.weight.dtype)
         load_torch_weights(module, mha)
         return module
+
+
+def validate_is_causal(q: torch.Tensor, k: torch.Tensor, mask) -> None:
+    """`is_causal` stands for the mask and is exact only when queries and keys are the same positions."""
+    if mask is not None:
+        raise ValueError("give either a mask or is_causal=True, not both")
+    if q.shape[-2] != k.shape[-2]:
+        raise ValueError(f"is_causal needs as many queries as keys, got T={q.shape[-2]}, S={k.shape[-2]}; "
+                         "for T < S use chapter 5's causal_mask(T, S)")
 
 
 def head_weights(q: torch.Tensor, k: torch.Tensor, mask=None) -> torch.Tensor:

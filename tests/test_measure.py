@@ -1,0 +1,46 @@
+"""Measurement from outside the teaching code: on a GPU the clock is read only after the GPU's work is done."""
+
+import pytest
+import torch
+
+from attention_book.measure import benchmark
+
+
+@pytest.fixture
+def events(monkeypatch):
+    """A pretend CUDA machine whose synchronisations and clock readings are recorded in order."""
+    recorded = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: recorded.append("sync"))
+    monkeypatch.setattr(benchmark, "perf_counter", lambda: recorded.append("clock") or float(len(recorded)))
+    return recorded
+
+
+def test_each_generation_step_is_synchronised_before_the_clock(events):
+    def steps():
+        for token in range(3):
+            events.append("step")
+            yield token
+
+    seconds, last = benchmark.time_steps(steps())
+    assert (len(seconds), last) == (3, 2)
+    after_steps = [events[i + 1:i + 3] for i, event in enumerate(events) if event == "step"]
+    assert after_steps == [["sync", "clock"]] * 3
+
+
+def test_each_timed_call_is_synchronised_before_the_clock(events):
+    benchmark.interleaved_medians({"a": lambda: events.append("call")}, repeats=2, progress=False)
+    timed = [events[i + 1:i + 3] for i, event in enumerate(events) if event == "call"][1:]  # after the warm-up
+    assert timed == [["sync", "clock"]] * 2
+
+
+def test_cpu_work_on_a_cuda_machine_does_not_start_cuda(monkeypatch):
+    """Timing CPU code must not initialise CUDA (seconds of start-up inside the first measurement)."""
+    def synchronize():
+        raise AssertionError("synchronised a GPU that this process never used")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
+    benchmark.synchronize()
