@@ -9,7 +9,12 @@ pytest.importorskip("triton", reason="triton is published for Linux only")
 
 from attention_book.causal import causal_mask  # noqa: E402
 from attention_book.measure import attention_tflops  # noqa: E402
-from attention_book.triton_attention import triton_attention  # noqa: E402
+from attention_book.triton_attention import (  # noqa: E402
+    SHARED_MEMORY_LIMIT,
+    default_config,
+    shared_memory_bytes,
+    triton_attention,
+)
 
 CUDA = torch.cuda.is_available()
 
@@ -26,7 +31,8 @@ def reference(q, k, v, causal):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize(("T", "S", "d"), [(64, 64, 16), (100, 100, 32), (37, 150, 16), (130, 131, 64)])
+@pytest.mark.parametrize(("T", "S", "d"), [(64, 64, 16), (100, 100, 32), (37, 150, 16), (130, 131, 64),
+                                          (96, 200, 128)])
 def test_kernel_equals_sdpa(dtype, causal, T, S, d):
     gen = torch.Generator().manual_seed(T + S + d)
     q = torch.randn(2, 3, T, d, generator=gen).to(DEVICE, dtype)
@@ -64,3 +70,35 @@ def test_tflops_counts_half_the_work_under_a_causal_mask():
     full = attention_tflops(1, 8, 4096, 64, 1e-3, causal=False)
     assert full == pytest.approx(4 * 8 * 4096**2 * 64 / 1e-3 / 1e12)
     assert attention_tflops(1, 8, 4096, 64, 1e-3, causal=True) == pytest.approx(full / 2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("d", [16, 32, 64, 128, 256])
+def test_default_blocks_fit_shared_memory(dtype, d):
+    config = default_config(dtype, d)
+    assert shared_memory_bytes(config["block_q"], config["block_k"], config["num_stages"], d, dtype) \
+        <= SHARED_MEMORY_LIMIT
+
+
+def test_blocks_that_cannot_work_are_refused_with_the_limit_named():
+    q = torch.zeros(1, 1, 32, 256, device=DEVICE)
+    with pytest.raises(ValueError, match="block_k must be a power of two of at least 16, got 24"):
+        triton_attention(q, q, q, block_k=24)
+    with pytest.raises(ValueError, match="block_q must be a power of two of at least 16, got 8"):
+        triton_attention(q, q, q, block_q=8)
+    # 128 x 64 blocks in 3 stages at head_dim 256, the old defaults: more than an H100 has, fp32 and fp16 alike
+    with pytest.raises(ValueError, match=r"need about 512 KiB of shared memory, more than the 227 KiB"):
+        triton_attention(q, q, q, block_q=128, block_k=64, num_stages=3)
+    with pytest.raises(ValueError, match=r"need about 256 KiB of shared memory, more than the 227 KiB"):
+        triton_attention(q.half(), q.half(), q.half(), block_q=128, block_k=64, num_stages=3)
+
+
+@pytest.mark.skipif(not CUDA, reason="a tensor past 2**31 elements needs a GPU with about 20 GB free")
+def test_offsets_past_two_to_the_31():
+    """(batch, head) offsets above 2³¹ elements: 32-bit offsets would wrap and read the wrong head."""
+    T, d = 16384, 128
+    heads = 2**31 // (T * d) + 1  # the last head starts past element 2³¹
+    q, k, v = (torch.randn(1, heads, T, d, device="cuda", dtype=torch.float16) for _ in range(3))
+    out = triton_attention(q, k, v)
+    last = F.scaled_dot_product_attention(q[:, -1:], k[:, -1:], v[:, -1:])
+    torch.testing.assert_close(out[:, -1:], last, rtol=2e-3, atol=2e-3)

@@ -17,15 +17,17 @@ import triton.language as tl
 from .attention import validate_attention_inputs, validate_causal_lengths
 
 LOG2_E = 1.4426950408889634  # exp(x) = 2^(x · log2 e); exp2 is the GPU's native instruction
+SHARED_MEMORY_LIMIT = 227 * 1024  # bytes of shared memory one thread block may use on an H100 (sm_90)
 
 
 @triton.jit
 def _attend_block(acc, m, l, q, k_ptrs, v_ptrs, offs_q, offs_k, start, S, offset, qk_scale,
-                  MASKED: tl.constexpr, CAUSAL: tl.constexpr, stride_ks, stride_vs, BLOCK_K: tl.constexpr):
+                  MASKED: tl.constexpr, CAUSAL: tl.constexpr, stride_ks, stride_vs, BLOCK_K: tl.constexpr,
+                  PRECISION: tl.constexpr):
     """One key block: scores, online-softmax update of (m, l) and of the unnormalised output acc."""
     key_pos = start + offs_k  # (BLOCK_K,)
     k = tl.load(k_ptrs + start * stride_ks, mask=key_pos[None, :] < S, other=0.0)  # (d, BLOCK_K)
-    scores = tl.dot(q, k) * qk_scale  # (BLOCK_Q, BLOCK_K), log2 units
+    scores = tl.dot(q, k, input_precision=PRECISION) * qk_scale  # (BLOCK_Q, BLOCK_K), log2 units
     if MASKED:  # the block crosses the diagonal or the end of the keys
         allowed = key_pos[None, :] < S  # (1, BLOCK_K)
         if CAUSAL:
@@ -36,16 +38,17 @@ def _attend_block(acc, m, l, q, k_ptrs, v_ptrs, offs_q, offs_k, start, S, offset
     p = tl.math.exp2(scores - m_new[:, None])  # (BLOCK_Q, BLOCK_K)
     l = l * rescale + tl.sum(p, 1)
     v = tl.load(v_ptrs + start * stride_vs, mask=key_pos[:, None] < S, other=0.0)  # (BLOCK_K, d)
-    acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v)
+    acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
     return acc, m_new, l
 
 
 @triton.jit
 def _attention_kernel(Q, K, V, O, stride_qb, stride_qt, stride_kb, stride_ks, stride_vb, stride_vs,
                       stride_ob, stride_ot, T, S, qk_scale,
-                      CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr):
+                      CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
+                      PRECISION: tl.constexpr):
     block = tl.program_id(0)  # which block of queries
-    bh = tl.program_id(1)  # which (batch, head)
+    bh = tl.program_id(1).to(tl.int64)  # which (batch, head); 64 bits: bh · stride passes 2³¹ on large inputs
     offs_q = block * BLOCK_Q + tl.arange(0, BLOCK_Q)  # (BLOCK_Q,)
     offs_k = tl.arange(0, BLOCK_K)  # (BLOCK_K,)
     offs_d = tl.arange(0, HEAD_DIM)  # (d,)
@@ -68,21 +71,24 @@ def _attention_kernel(Q, K, V, O, stride_qb, stride_qt, stride_kb, stride_ks, st
         end = S
     for start in range(0, unmasked_end, BLOCK_K):
         acc, m, l = _attend_block(acc, m, l, q, k_ptrs, v_ptrs, offs_q, offs_k, start, S, offset, qk_scale,
-                                  False, CAUSAL, stride_ks, stride_vs, BLOCK_K)
+                                  False, CAUSAL, stride_ks, stride_vs, BLOCK_K, PRECISION)
     for start in range(unmasked_end, end, BLOCK_K):  # the diagonal and the ragged end
         acc, m, l = _attend_block(acc, m, l, q, k_ptrs, v_ptrs, offs_q, offs_k, start, S, offset, qk_scale,
-                                  True, CAUSAL, stride_ks, stride_vs, BLOCK_K)
+                                  True, CAUSAL, stride_ks, stride_vs, BLOCK_K, PRECISION)
     out = acc / l[:, None]
     tl.store(O + bh * stride_ob + offs_q[:, None] * stride_ot + offs_d[None, :], out.to(O.dtype.element_ty),
              mask=offs_q[:, None] < T)
 
 
 def triton_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, causal: bool = False,
-                     block_q: int = 128, block_k: int = 64, num_warps: int | None = None, num_stages: int = 3):
+                     block_q: int | None = None, block_k: int | None = None, num_warps: int | None = None,
+                     num_stages: int | None = None):
     """softmax(Q Kᵀ / √d) V with one Triton kernel; query (B, H, T, d), key and value (B, H, S, d) (chapter 8).
 
-    fp16, bf16 or fp32 on a CUDA device (or on the CPU under TRITON_INTERPRET=1); d a power of two from
-    16 to 256. With `causal`, the queries are the last T of S positions.
+    fp16, bf16 or fp32 on a CUDA device (or on the CPU under TRITON_INTERPRET=1), d a power of two from 16
+    to 256. fp32 is multiplied in full fp32 precision, not TF32. With `causal`, the queries are the last T
+    of S positions. Blocks and stages default to `default_config`; whatever is given must fit a thread
+    block's shared memory.
     """
     validate_attention_inputs(query, key, value)
     if not (query.shape[:-2] == key.shape[:-2] == value.shape[:-2] and query.dim() == 4):
@@ -95,12 +101,45 @@ def triton_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     T, S = query.shape[-2], key.shape[-2]
     if causal:
         validate_causal_lengths(T, S)
+    defaults = default_config(query.dtype, d)
+    block_q, block_k = block_q or defaults["block_q"], block_k or defaults["block_k"]
+    num_stages, num_warps = num_stages or defaults["num_stages"], num_warps or defaults["num_warps"]
+    validate_blocks(block_q, block_k, num_stages, d, query.dtype)
     q, k, v = (t.flatten(0, 1).contiguous() for t in (query, key, value))  # (B·H, T or S, d)
     out = torch.empty_like(q)  # (B·H, T, d)
     grid = (triton.cdiv(T, block_q), q.shape[0])
     _attention_kernel[grid](q, k, v, out, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0),
                             v.stride(1), out.stride(0), out.stride(1), T, S, LOG2_E / math.sqrt(d),
                             CAUSAL=causal, HEAD_DIM=d, BLOCK_Q=block_q, BLOCK_K=block_k,
-                            num_warps=num_warps or (4 if d <= 64 else 8), num_stages=num_stages)
+                            PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
+                            num_warps=num_warps, num_stages=num_stages)
     return out.unflatten(0, query.shape[:2])  # (B·H, T, d) -> (B, H, T, d)
 
+
+def default_config(dtype: torch.dtype, head_dim: int) -> dict:
+    """Blocks, pipeline stages and warps for a dtype and head_dim: 128 × 64 blocks in 3 stages where they fit
+    a thread block's shared memory, fewer stages, then smaller blocks, where they do not (chapter 8)."""
+    for block_q, block_k, num_stages in ((128, 64, 3), (128, 64, 2), (64, 64, 2), (64, 32, 2)):
+        if shared_memory_bytes(block_q, block_k, num_stages, head_dim, dtype) <= SHARED_MEMORY_LIMIT:
+            return {"block_q": block_q, "block_k": block_k, "num_stages": num_stages,
+                    "num_warps": 4 if head_dim <= 64 else 8}
+    raise ValueError(f"no block configuration fits head_dim={head_dim} in {dtype}")
+
+
+def shared_memory_bytes(block_q: int, block_k: int, num_stages: int, head_dim: int, dtype: torch.dtype) -> int:
+    """An estimate of the kernel's shared memory: the Q tile, and a K and a V tile for each pipeline stage."""
+    element = torch.empty((), dtype=dtype).element_size()
+    return element * head_dim * (block_q + 2 * block_k * num_stages)
+
+
+def validate_blocks(block_q: int, block_k: int, num_stages: int, head_dim: int, dtype: torch.dtype) -> None:
+    """Blocks are powers of two of at least 16 (tl.dot's smallest tile), and they fit shared memory."""
+    for name, size in (("block_q", block_q), ("block_k", block_k)):
+        if not isinstance(size, int) or size < 16 or size & (size - 1):
+            raise ValueError(f"{name} must be a power of two of at least 16, got {size!r}")
+    need = shared_memory_bytes(block_q, block_k, num_stages, head_dim, dtype)
+    if need > SHARED_MEMORY_LIMIT:
+        raise ValueError(f"block_q={block_q}, block_k={block_k} in {num_stages} stages at head_dim={head_dim} in "
+                         f"{dtype} need about {need // 1024} KiB of shared memory, more than the "
+                         f"{SHARED_MEMORY_LIMIT // 1024} KiB a thread block has on an H100: use smaller blocks "
+                         f"or fewer stages")
