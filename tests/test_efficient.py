@@ -7,6 +7,8 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings, strategies as st
 
+from attention_book import scaled_dot_product_attention
+from attention_book.causal import causal_mask
 from attention_book.efficient import naive_attention, online_softmax, tiled_attention
 from attention_book.measure.memory import measure_peak_memory
 
@@ -56,6 +58,39 @@ def test_tiled_equals_naive_when_scores_are_far_apart(causal, dtype, tolerance):
     k[..., 30:, :] *= 3  # later blocks bring a much larger maximum
     expected = naive_attention(q, k, v, causal)
     torch.testing.assert_close(tiled_attention(q, k, v, causal, 16, 7), expected, rtol=tolerance, atol=tolerance)
+
+
+def test_online_softmax_when_the_first_blocks_are_all_masked():
+    """A row whose first blocks are −∞ (padding on the left, a sliding window): no NaN, still softmax."""
+    x = torch.randn(3, 40, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    x[:, :17] = float("-inf")
+    torch.testing.assert_close(online_softmax(x, 8), torch.softmax(x, dim=-1), rtol=1e-12, atol=1e-14)
+
+
+@settings(max_examples=40, deadline=None)
+@given(T=st.integers(1, 40), extra_keys=st.integers(0, 30), blocked=st.integers(0, 70), block_q=st.integers(1, 20),
+       block_k=st.integers(1, 20), causal=st.booleans(), seed=st.integers(0, 999))
+def test_tiled_with_a_padding_mask_whose_first_blocks_are_empty(T, extra_keys, blocked, block_q, block_k, causal,
+                                                                 seed):
+    """Keys 0..blocked-1 of the first sequence are padding, so its first key blocks are wholly masked; the
+    second sequence has none. Equal to chapter 2's attention (zeros where a query may see nothing)."""
+    gen = torch.Generator().manual_seed(seed)
+    S = T + extra_keys
+    q, k, v = (torch.randn(2, 3, n, 5, generator=gen, dtype=torch.float64) for n in (T, S, S))
+    padding = torch.ones(2, 1, 1, S, dtype=torch.bool)  # (B, 1, 1, S): True = a real key
+    padding[0, ..., :blocked] = False
+    mask = padding & causal_mask(T, S) if causal else padding
+    expected, _ = scaled_dot_product_attention(q, k, v, mask)
+    got = tiled_attention(q, k, v, causal, block_q, block_k, mask=padding)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_tiled_with_a_float_mask_equals_chapter_2():
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 30, 4, generator=gen, dtype=torch.float64) for _ in range(3))
+    bias = torch.randn(30, 30, generator=gen, dtype=torch.float64)  # added to the scores, in natural-log units
+    torch.testing.assert_close(tiled_attention(q, k, v, block_q=8, block_k=8, mask=bias),
+                               scaled_dot_product_attention(q, k, v, bias)[0], rtol=1e-12, atol=1e-12)
 
 
 def test_tiled_broadcasts_batch_dimensions_like_naive():

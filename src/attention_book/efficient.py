@@ -22,10 +22,19 @@ def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
     l = torch.zeros_like(m)  # (..., 1)
     for start in range(0, x.shape[-1], block_size):
         block = x[..., start:start + block_size]  # (..., b)
-        m_new = torch.maximum(m, block.amax(dim=-1, keepdim=True))
+        m_new = finite_or_zero(torch.maximum(m, block.amax(dim=-1, keepdim=True)))
         l = l * torch.exp(m - m_new) + torch.exp(block - m_new).sum(dim=-1, keepdim=True)
         m = m_new
     return torch.exp(x - m) / l
+
+
+def finite_or_zero(m: torch.Tensor) -> torch.Tensor:
+    """A running maximum of −∞ (every score so far masked) replaced by 0, as FlashAttention does (chapter 8).
+
+    Otherwise exp(m − m_new) would be exp(−∞ + ∞) = NaN for a row whose first blocks are all masked
+    (padding, a sliding window); with 0 the masked scores still give exp(−∞) = 0.
+    """
+    return m.masked_fill(torch.isneginf(m), 0.0)
 
 
 def naive_attention(query, key, value, causal: bool = False) -> torch.Tensor:
@@ -39,15 +48,17 @@ def naive_attention(query, key, value, causal: bool = False) -> torch.Tensor:
     return torch.softmax(scores, dim=-1) @ value  # (..., T, d_v)
 
 
-def tiled_attention(query, key, value, causal: bool = False, block_q: int = 256, block_k: int = 256):
+def tiled_attention(query, key, value, causal: bool = False, block_q: int = 256, block_k: int = 256,
+                    mask=None):
     """Exact attention computed block by block with online softmax; never more than (block_q, block_k)
     scores per head at once (chapter 8).
 
     query (..., T, d_k), key (..., S, d_k), value (..., S, d_v) -> (..., T, d_v). With `causal`, the
     queries are the last T of S positions (chapter 5's bottom-right mask), and key blocks wholly in a
-    query block's future are skipped.
+    query block's future are skipped. `mask` (padding, for example) follows chapter 2's convention and
+    is read one tile at a time; a query that may see no key gets a zero output, as in chapter 2.
     """
-    score_shape = validate_attention_inputs(query, key, value)  # (..., T, S)
+    score_shape = validate_attention_inputs(query, key, value, mask)  # (..., T, S)
     validate_block_size(block_q, "block_q")
     validate_block_size(block_k, "block_k")
     T, S, d_k, d_v = query.shape[-2], key.shape[-2], query.shape[-1], value.shape[-1]
@@ -78,14 +89,30 @@ def tiled_attention(query, key, value, causal: bool = False, block_q: int = 256,
                 query_pos = torch.arange(offset + i, offset + i + n, device=q.device)[:, None]  # (n, 1)
                 key_pos = torch.arange(j, j + scores.shape[-1], device=q.device)[None, :]  # (1, b)
                 scores.masked_fill_(key_pos > query_pos, float("-inf"))
-            m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))  # (G, n, 1)
+            if mask is not None:
+                tile = mask_tile(mask, slice(i, i + n), slice(j, j + scores.shape[-1]))  # (..., n, b)
+                apply_mask_in_base_2(scores, tile.expand(*batch, *scores.shape[1:]).reshape(scores.shape))
+            m_new = finite_or_zero(torch.maximum(m, scores.amax(dim=-1, keepdim=True)))  # (G, n, 1)
             rescale = torch.exp2(m - m_new)  # how much the old maximum overestimated: (G, n, 1)
             p = scores.sub_(m_new).exp2_()  # in place: (G, n, b)
             l.mul_(rescale).add_(p.sum(dim=-1, keepdim=True))
             acc.mul_(rescale).baddbmm_(p, v[:, j:j + block_k])  # acc · rescale + p V_j
             m = m_new
-        output[:, i:i + block_q] = acc.div_(l)
+        output[:, i:i + block_q] = acc.div_(l.masked_fill_(l == 0, 1.0))  # a row that saw no key: acc = 0
     return output.reshape(*batch, T, d_v)  # (G, T, d_v) -> (..., T, d_v)
+
+
+def mask_tile(mask: torch.Tensor, rows: slice, cols: slice) -> torch.Tensor:
+    """The rows and columns of a (..., T, S) mask that one tile needs; an axis of size 1 broadcasts whole."""
+    return mask[..., rows if mask.shape[-2] > 1 else slice(None), cols if mask.shape[-1] > 1 else slice(None)]
+
+
+def apply_mask_in_base_2(scores: torch.Tensor, mask: torch.Tensor) -> None:
+    """Chapter 2's mask on a tile of base-2 scores, in place: blocked −∞, or a float mask times log2 e."""
+    if mask.dtype == torch.bool:
+        scores.masked_fill_(~mask, float("-inf"))
+    else:
+        scores.add_(mask, alpha=math.log2(math.e))
 
 
 def validate_block_size(size: int, name: str) -> None:

@@ -1,0 +1,79 @@
+"""What one cached decode step spends its time on: operator calls, bytes read, FLOPs (chapter 7).
+
+Profiled from outside: the decoder runs through chapter 7's `generate_steps`, and torch.profiler counts
+the PyTorch operators it dispatches.
+"""
+
+import statistics
+from time import perf_counter
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from ..decoder import Decoder, generate_steps
+from .benchmark import time_steps
+
+
+def decode_step_profile(model: Decoder, context: int, batch: int, steps: int = 24) -> dict:
+    """Cached decode steps of `batch` sequences after a prompt of `context` tokens: the median step's
+    seconds, operator calls per step, the heaviest operators, and bytes and FLOPs per step (chapter 7)."""
+    generator = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, model.config.vocab_size, (batch, context), generator=generator)  # (B, T0)
+    timed = generate_steps(model, prompt, steps + 1)
+    next(timed)  # the prefill, not a decode step
+    seconds, _ = time_steps(timed)
+    profiled = generate_steps(model, prompt, steps + 1)
+    next(profiled)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in profiled:
+            pass
+    events = [e for e in prof.events() if e.name.startswith("aten::")]
+    top_level = [e for e in events if e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")]
+    heaviest = sorted(prof.key_averages(), key=lambda a: a.self_cpu_time_total, reverse=True)[:6]
+    step = statistics.median(seconds)
+    work = decode_step_work(model, context + steps // 2, batch)
+    return {"context": context, "batch": batch, "steps": steps, "seconds_per_step": step,
+            "operator_calls_per_step": len(top_level) / steps, "aten_calls_per_step": len(events) / steps,
+            "heaviest_ops": [{"name": a.key, "calls_per_step": a.count / steps,
+                              "self_ms_per_step": a.self_cpu_time_total / 1e3 / steps} for a in heaviest],
+            **work, "gb_per_s": work["bytes_per_step"] / step / 1e9, "gflop_per_s": work["flops_per_step"] / step / 1e9}
+
+
+def decode_step_work(model: Decoder, context: int, batch: int) -> dict:
+    """Bytes a decode step must read and FLOPs it must do, at `context` cached positions (chapter 7).
+
+    Every weight matrix is read once per step whatever the batch (embeddings: one row per sequence); the
+    cache is read for every sequence. Each multiply-add of a weight is 2 FLOPs per sequence, and attention
+    adds q·k and p·v over the context: 4 · S · E per layer and sequence.
+    """
+    config = model.config
+    embeddings = model.token_embedding.weight.numel() + model.position_embedding.weight.numel()
+    weights = sum(p.numel() for p in model.parameters()) - embeddings  # read whole at every step
+    element = next(model.parameters()).element_size()
+    cache = 2 * config.num_layers * batch * context * config.embed_dim  # keys and values of every layer
+    bytes_read = element * (weights + cache + 2 * batch * config.embed_dim)
+    flops = 2 * batch * weights + 4 * config.num_layers * batch * context * config.embed_dim
+    return {"bytes_per_step": bytes_read, "flops_per_step": flops}
+
+
+def matmul_throughput(size: int = 1024, repeats: int = 5) -> float:
+    """GFLOP/s of a large float32 matrix product on this machine: a ceiling for arithmetic."""
+    a, b = torch.ones(size, size), torch.ones(size, size)
+    times = []
+    for _ in range(repeats + 1):  # the first run warms up the thread pool
+        start = perf_counter()
+        a @ b
+        times.append(perf_counter() - start)
+    return 2 * size**3 / statistics.median(times[1:]) / 1e9
+
+
+def copy_bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
+    """GB/s this machine reads and writes copying a large float32 tensor: a ceiling for memory traffic."""
+    source = torch.ones(megabytes * 2**20 // 4)
+    target = torch.empty_like(source)
+    times = []
+    for _ in range(repeats):
+        start = perf_counter()
+        target.copy_(source)
+        times.append(perf_counter() - start)
+    return 2 * source.nbytes / statistics.median(times) / 1e9  # read once, write once
