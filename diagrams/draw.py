@@ -219,7 +219,7 @@ def keras_decoder_flow(png_dir=None):
             text(ax, x, y + 0.245 * ((len(lines) - 1) / 2 - k), line, size=SMALL, weight="bold" if k == 0 else None)
         return h / 2  # half height, for the arrows
 
-    text(ax, 0.3, 9.72, "Chapter 6's decoder: B batch, T tokens, E = 64, H = 2 heads, d_k = 64, V = 6 characters",
+    text(ax, 0.3, 9.72, "Chapter 6's decoder: B batch, T tokens, E = 64, H = 2 heads, d_k = 64, V = 6 tokens (5 characters, padding)",
          size=FONT, ha="left", weight="bold")
     text(ax, 0.3, 9.42, "White boxes are layers, listing their arrays in decoder.weights.h5; "
          "the attention's four sit under layers/multi_head_attention/", size=SMALL, ha="left", color=MUTED)

@@ -66,12 +66,12 @@ def tiled_attention(query, key, value, causal: bool = False, block_q: int = 256,
         validate_causal_lengths(T, S)
     batch = score_shape[:-2]
     # G = prod(batch): every batch and head axis flattened into one, so that torch.bmm takes them all
-    q = query.expand(*batch, T, d_k).reshape(-1, T, d_k)  # (G, T, d_k); a view, no copy
+    q = query.expand(*batch, T, d_k).reshape(-1, T, d_k)  # (G, T, d_k); a view unless batch axes broadcast
     k_t = key.expand(*batch, S, d_k).reshape(-1, S, d_k).transpose(1, 2)  # (G, d_k, S)
-    v = value.expand(*batch, S, d_v).reshape(-1, S, d_v)  # (G, S, d_v), a view too
+    v = value.expand(*batch, S, d_v).reshape(-1, S, d_v)  # (G, S, d_v), likewise
     output = torch.empty(q.shape[0], T, d_v, dtype=q.dtype, device=q.device)  # (G, T, d_v)
     # Base-2 exponentials: e^x = 2^(x · log2 e), so log2 e joins the 1/√d_k scale and m, l, p are in base 2.
-    # Same result, but on x86 CPUs torch.exp is many times slower for every input below about −88 (whose
+    # Same result, but on x86 CPUs torch.exp is several times slower for every input below about −88 (whose
     # result underflows), the masked −inf scores among them; torch.exp2 slows only where its result is
     # subnormal, for inputs between −126 and −149 (chapter 8 times both).
     scale = math.log2(math.e) / math.sqrt(d_k)
