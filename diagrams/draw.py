@@ -1,11 +1,15 @@
-"""Explanatory diagrams for chapters 5-8 of "Attention from scratch", drawn with matplotlib.
+"""Explanatory diagrams for chapters 1-8 of "Attention from scratch", drawn with matplotlib.
 
 Writes one SVG per diagram into chapters/figures/:
 
-    causal_mask_alignments.svg  (chapter 5)  is_causal=True (top-left) against causal_mask(T, S) (bottom-right)
-    keras_decoder_flow.svg      (chapter 6)  the Keras decoder's data flow, with the saved weights' h5 names
-    kv_cache_decode_step.svg    (chapter 7)  one decode step: what is computed, what is read from the cache
-    tile_schedule.svg           (chapter 8)  which tiles tiled attention computes fully, masks or skips
+    embedding_lookup.svg             (chapter 1)  sentence -> tokens -> ids -> rows of nn.Embedding(6, 16) -> X
+    scaled_dot_product_attention.svg (chapter 2)  X -> Q, K, V -> scores -> softmax -> weights @ V, every shape
+    multihead_split_merge.svg        (chapter 3)  one E-wide projection, split_heads, H attentions, merge_heads, W^O
+    cross_attention.svg              (chapter 4)  queries from the sentence (T = 6), keys and values from 8 other tokens
+    causal_mask_alignments.svg       (chapter 5)  is_causal=True (top-left) against causal_mask(T, S) (bottom-right)
+    keras_decoder_flow.svg           (chapter 6)  the Keras decoder's data flow, with the saved weights' h5 names
+    kv_cache_decode_step.svg         (chapter 7)  one decode step: what is computed, what is read from the cache
+    tile_schedule.svg                (chapter 8)  which tiles tiled attention computes fully, masks or skips
 
 Run from the repository root:
 
@@ -104,17 +108,19 @@ def arrow(ax, start, end, label=None, side="right", offset=0.08, size=SMALL, **t
         text(ax, x + dx, y + dy, label, size=size, ha=ha, va=va, linespacing=1.3, **text_kwargs)
 
 
-def cell_grid(ax, x0, y_top, rows, cols, cell, style_of, linewidth=0.9):
-    """A rows x cols grid of square cells, top-left corner at (x0, y_top); row 0 on top, column 0 on the left.
+def cell_grid(ax, x0, y_top, rows, cols, cell, style_of, linewidth=0.9, cell_h=None):
+    """A rows x cols grid of cells, top-left corner at (x0, y_top); row 0 on top, column 0 on the left.
 
-    `style_of(i, j)` names the palette style of cell (i, j). Returns a function giving a cell's centre.
+    Cells are `cell` wide and `cell_h` high (square unless told). `style_of(i, j)` names the palette style of
+    cell (i, j). Returns a function giving a cell's centre.
     """
+    cell_h = cell if cell_h is None else cell_h
     for i in range(rows):
         for j in range(cols):
             props = dict(STYLES[style_of(i, j)])
-            ax.add_patch(Rectangle((x0 + j * cell, y_top - (i + 1) * cell), cell, cell, linewidth=linewidth,
+            ax.add_patch(Rectangle((x0 + j * cell, y_top - (i + 1) * cell_h), cell, cell_h, linewidth=linewidth,
                                    **props))
-    return lambda i, j: (x0 + (j + 0.5) * cell, y_top - (i + 0.5) * cell)
+    return lambda i, j: (x0 + (j + 0.5) * cell, y_top - (i + 0.5) * cell_h)
 
 
 def legend_item(ax, x, y, style, label, w=0.42, h=0.26, size=SMALL, **box_kwargs):
@@ -150,6 +156,298 @@ def save(fig, name: str, png_dir: Path | None = None):
         png_dir.mkdir(parents=True, exist_ok=True)
         fig.savefig(png_dir / f"{name}.png", format="png", dpi=150, metadata={"Software": None})
     plt.close(fig)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Chapter 1
+
+
+def embedding_lookup(png_dir=None):
+    """Chapter 1: sentence -> tokens -> ids (sorted vocabulary) -> rows of nn.Embedding(6, 16) -> X (6, 16)."""
+    fig, ax = new_figure(9.6, 5.0, bottom=-0.35)
+    words = ["Life", "is", "short", "eat", "dessert", "first"]
+    vocab = {word: rank for rank, word in enumerate(sorted(words))}  # {'Life': 0, 'dessert': 1, ...}
+    E, pitch, rh, cw = 16, 0.42, 0.3, 0.11  # width, row pitch, row height, cell width
+    top = 3.25  # the rows' top
+
+    def y_of(i):
+        return top - (i + 0.5) * pitch
+
+    x_word, x_id, x_arrow_end, x_table, x_emb = 0.8, 2.05, 3.05, 3.95, 7.45
+
+    text(ax, 0.25, 4.4, "“Life is short, eat dessert first”", size=FONT, ha="left", weight="bold")
+    arrow(ax, (x_word, 4.17), (x_word, 3.95), label="split on spaces, drop the comma", side="right", offset=0.1)
+
+    # Column headers: a name, and what the column holds.
+    for x, name, note in ((x_word, "tokens", "T = 6"), (x_id, "ids", "vocab[word]"),
+                          (x_table + E * cw / 2, "embedding table", "nn.Embedding(6, 16): 6 rows, E = 16"),
+                          (x_emb + E * cw / 2, "X = embed(token_ids)", "(T, E) = (6, 16)")):
+        text(ax, x, 3.72, name, size=FONT, weight="bold")
+        text(ax, x, 3.46, note, size=SMALL, color=MUTED)
+
+    for i, word in enumerate(words):
+        y = y_of(i)
+        box(ax, x_word, y, 1.05, rh, word, style="tensor", size=SMALL)
+        box(ax, x_id, y, 0.42, rh, str(vocab[word]), style="layer", size=SMALL, rounded=False)
+        arrow(ax, (x_word + 0.56, y), (x_id - 0.24, y))
+        # The lookup: id -> the table's row of that number.
+        arrow(ax, (x_id + 0.23, y), (x_arrow_end, y_of(vocab[word])))
+
+    for word, rank in vocab.items():  # the table's rows, in id order
+        cell_grid(ax, x_table, y_of(rank) + rh / 2, 1, E, cw, lambda i, j: "tensor", linewidth=0.6, cell_h=rh)
+        text(ax, x_arrow_end + 0.08, y_of(rank), f"{rank}  {word}", size=SMALL, ha="left")
+    for i, word in enumerate(words):  # X's rows, in sentence order
+        cell_grid(ax, x_emb, y_of(i) + rh / 2, 1, E, cw, lambda i, j: "tensor", linewidth=0.6, cell_h=rh)
+        text(ax, x_emb - 0.1, y_of(i), f"{word} ({vocab[word]})", size=SMALL, ha="right")
+    arrow(ax, (x_table + E * cw + 0.12, y_of(2.5)), (x_emb - 1.05, y_of(2.5)))
+
+    bottom = top - 6 * pitch
+    text(ax, x_table + E * cw / 2, bottom - 0.22, "row i: the vector of token id i", size=SMALL, color=MUTED)
+    text(ax, x_emb + E * cw / 2, bottom - 0.22, "row t = table row token_ids[t]", size=SMALL, color=MUTED)
+    text(ax, 0.25, -0.12, "vocab: the distinct words, sorted (capitals first) and numbered from 0:\n"
+         "{'Life': 0, 'dessert': 1, 'eat': 2, 'first': 3, 'is': 4, 'short': 5},  so  token_ids = [0, 4, 5, 2, 1, 3]",
+         size=SMALL, ha="left", linespacing=1.4)
+    save(fig, "embedding_lookup", png_dir)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Chapter 2
+
+
+def scaled_dot_product_attention(png_dir=None):
+    """Chapter 2: X -> Q, K, V -> scores -> / sqrt(d_k) -> (+ mask) -> softmax -> weights @ V, every shape named."""
+    fig, ax = new_figure(8.8, 7.65)
+    th = 0.62  # the height of a two-line tensor box
+    x_q, x_k, x_v = 1.55, 4.4, 7.25
+
+    text(ax, 0.25, 7.35, "Scaled dot-product attention with chapter 2's sizes", size=FONT, ha="left",
+         weight="bold")
+    text(ax, 0.25, 6.92, "T = 6 queries, S = 6 keys (S = T in self-attention), d_in = 16, d_k = 24, d_v = 28\n"
+         "Weights as in SelfAttention, (d_in, d_out), applied as X @ W (the chapter's first half stores Wᵀ)",
+         size=SMALL, ha="left", color=MUTED, linespacing=1.4)
+
+    y_x, y_w, y_qkv = 6.15, 5.2, 4.15
+    box(ax, x_k, y_x, 3.0, 0.44, "X   (T, d_in) = (6, 16)")
+    for x, name, shape, letter, rows, style in (
+            (x_q, "W_query", "(d_in, d_k) = (16, 24)", "Q", "(T, d_k) = (6, 24)", "query"),
+            (x_k, "W_key", "(d_in, d_k) = (16, 24)", "K", "(S, d_k) = (6, 24)", "key"),
+            (x_v, "W_value", "(d_in, d_v) = (16, 28)", "V", "(S, d_v) = (6, 28)", "key")):
+        box(ax, x, y_w, 2.45, th, style="layer", rounded=False)
+        text(ax, x, y_w + 0.13, name, size=SMALL, weight="bold")
+        text(ax, x, y_w - 0.13, shape, size=SMALL)
+        arrow(ax, (x_k + (x - x_k) * 0.45, y_x - 0.22), (x, y_w + th / 2))
+        arrow(ax, (x, y_w - th / 2), (x, y_qkv + th / 2))
+        box(ax, x, y_qkv, 2.45, th, f"{letter} = X {name}\n{rows}", style=style, size=SMALL)
+
+    # The scores, scaled, masked and normalised, in a column between Q and K.
+    x_s, y_s, y_scaled, y_wt = 2.95, 2.95, 1.9, 0.75
+    arrow(ax, (x_q, y_qkv - th / 2), (x_s - 0.5, y_s + th / 2))
+    arrow(ax, (x_k, y_qkv - th / 2), (x_s + 0.5, y_s + th / 2))
+    box(ax, x_s, y_s, 2.3, th, "scores = Q Kᵀ\n(T, S) = (6, 6)", size=SMALL)
+    arrow(ax, (x_s, y_s - th / 2), (x_s, y_scaled + th / 2), label="÷ √d_k = √24 ≈ 4.9")
+    box(ax, x_s, y_scaled, 2.3, th, "scores / √d_k\n(T, S) = (6, 6)", size=SMALL)
+    box(ax, 0.72, y_scaled, 1.1, th, "mask (T, S)\noptional", style="empty", size=SMALL)
+    arrow(ax, (0.72 + 0.55, y_scaled), (x_s - 1.15, y_scaled), label="+", side="above", offset=0.03)
+    text(ax, 0.72, y_scaled - 0.5, "0 or −∞", size=SMALL, color=MUTED)
+    arrow(ax, (x_s, y_scaled - th / 2), (x_s, y_wt + th / 2), label="softmax over keys\n(dim = −1)")
+    box(ax, x_s, y_wt, 2.3, th, "weights  (T, S) = (6, 6)\neach row sums to 1", size=SMALL)
+
+    # The output: weights @ V, with V coming down the right-hand side.
+    arrow(ax, (x_v, y_qkv - th / 2), (x_v, y_wt + th / 2))
+    arrow(ax, (x_s + 1.15, y_wt), (x_v - 1.1, y_wt), label="weights @ V", side="above", offset=0.05)
+    box(ax, x_v, y_wt, 2.2, th, "output Z\n(T, d_v) = (6, 28)", size=SMALL)
+    save(fig, "scaled_dot_product_attention", png_dir)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Chapter 3
+
+
+def _outline(ax, x0, y_top, w, h, linewidth=1.2):
+    """A dark frame around a grid of cells, so that one tensor (or one head) reads as one block."""
+    ax.add_patch(Rectangle((x0, y_top - h), w, h, fill=False, edgecolor=INK, linewidth=linewidth))
+
+
+def _head_stack(ax, x0, y_top, layers, rows, cols, c, style_of_layer, dx, dy):
+    """`layers` grids of rows x cols cells, layer 0 in front at (x0, y_top), each next one dx right and dy up."""
+    for h in reversed(range(layers)):  # back to front, so that the front layer is drawn last
+        cell_grid(ax, x0 + h * dx, y_top + h * dy, rows, cols, c, lambda i, j, h=h: style_of_layer(h),
+                  linewidth=0.5)
+        _outline(ax, x0 + h * dx, y_top + h * dy, cols * c, rows * c)
+
+
+def _bracket(ax, x_from, x_to, y, label, up=True):
+    """A square bracket over (or under) x_from … x_to, its ends pointing at what it groups, with a bold label."""
+    tip = -0.1 if up else 0.1
+    ax.plot([x_from, x_from, x_to, x_to], [y + tip, y, y, y + tip], color=MUTED, linewidth=1.2)
+    text(ax, (x_from + x_to) / 2, y - tip * 1.6, label, size=FONT, weight="bold")
+
+
+def multihead_split_merge(png_dir=None):
+    """Chapter 3: the fused form. One E-wide projection, split_heads, H attentions in parallel, merge_heads."""
+    fig, ax = new_figure(9.65, 6.45)
+    E, H, T = 16, 4, 6
+    d, c, gap = E // H, 0.1, 0.12  # head width, cell size, the gap between heads once unflattened
+    y1, y2 = 4.75, 1.55  # the grids' tops: the split (left to right), the merge (right to left)
+    x_box, x_flat, x_group, x_stack = 0.6, 2.25, 5.0, 8.01
+    dx, dy = 0.2, 0.14  # the offset of each head behind the previous one
+    grid_w, group_w = E * c, E * c + (H - 1) * gap
+
+    def blues(h):
+        return "query" if h % 2 == 0 else "query_strong"
+
+    def oranges(h):
+        return "key" if h % 2 == 0 else "key_strong"
+
+    text(ax, 0.2, 6.2, "Multi-head attention, fused: one projection of width E, split into H heads and merged back",
+         size=FONT, ha="left", weight="bold")
+    text(ax, 0.2, 5.92, "Chapter 3's example: E = 16, H = 4, so E/H = 4; B = 1 sentence of T = 6 tokens",
+         size=SMALL, ha="left", color=MUTED)
+
+    def flat(y_top, styles, header, shape):
+        cell_grid(ax, x_flat, y_top, T, E, c, lambda i, j: styles(j // d), linewidth=0.5)
+        _outline(ax, x_flat, y_top, grid_w, T * c)
+        if header:
+            text(ax, x_flat + grid_w / 2, y_top + 0.2, header, size=SMALL)
+        text(ax, x_flat + grid_w / 2, y_top - T * c - 0.2, shape, size=SMALL, color=MUTED)
+
+    def grouped(y_top, styles, shape):
+        for h in range(H):
+            x = x_group + h * (d * c + gap)
+            cell_grid(ax, x, y_top, T, d, c, lambda i, j, h=h: styles(h), linewidth=0.5)
+            _outline(ax, x, y_top, d * c, T * c)
+            text(ax, x + d * c / 2, y_top + 0.2, str(h), size=SMALL)
+        text(ax, x_group - 0.08, y_top + 0.2, "head", size=SMALL, ha="right")
+        text(ax, x_group + group_w / 2, y_top - T * c - 0.2, shape, size=SMALL, color=MUTED)
+
+    def stack(y_top, styles, shape):
+        _head_stack(ax, x_stack, y_top, H, T, d, c, styles, dx, dy)
+        text(ax, x_stack + (d * c + (H - 1) * dx) / 2 + 0.2, y_top - T * c - 0.1, shape, size=SMALL, color=MUTED,
+             va="top", linespacing=1.3)
+
+    def step(x_from, x_to, y, name, args):
+        arrow(ax, (x_from, y), (x_to, y))
+        text(ax, (x_from + x_to) / 2, y + 0.16, name, size=SMALL)
+        text(ax, (x_from + x_to) / 2, y - 0.16, args, size=SMALL, color=MUTED)
+
+    # The split, left to right.
+    m1 = y1 - T * c / 2
+    box(ax, x_box, m1, 1.0, 0.8, "x\n(B, T, E)\n= (1, 6, 16)", size=SMALL)
+    step(x_box + 0.55, x_flat - 0.08, m1, "q_proj", "Linear(E, E)")
+    flat(y1, blues, "q = q_proj(x)", "(B, T, E) = (1, 6, 16)")
+    step(x_flat + grid_w + 0.1, x_group - 0.1, m1, "unflatten", "E → (H, E/H)")
+    grouped(y1, blues, "(B, T, H, E/H) = (1, 6, 4, 4)")
+    step(x_group + group_w + 0.1, x_stack - 0.1, m1, "transpose", "T ↔ H")
+    stack(y1, blues, "(B, H, T, E/H)\n= (1, 4, 6, 4)")
+    _bracket(ax, x_flat + grid_w + 0.1, x_stack - 0.1, 5.3, "split_heads")
+
+    # Attention, one per head, all heads at once.
+    y_att, w_att, h_att = 2.85, 0.9, 0.5
+    for h in reversed(range(H)):  # one box per head, head 0 in front
+        box(ax, x_stack + w_att / 2 + h * dx, y_att + h * 0.1, w_att, h_att, "attention" if h == 0 else "",
+            rounded=False, size=SMALL)
+    x_down = x_stack + dx / 2  # down the strip that the layers behind leave free
+    arrow(ax, (x_down, y1 - T * c - 0.05), (x_down, y_att + h_att / 2))
+    arrow(ax, (x_down, y_att - h_att / 2), (x_down, y2 + 0.04))
+    text(ax, x_stack - 0.15, y_att, "each head: softmax(q kᵀ / √(E/H)) v\n"
+         "k and v: k_proj, v_proj, then split_heads\nH = 4 heads in parallel, one batched matmul", size=SMALL,
+         ha="right", linespacing=1.4)
+
+    # The merge, right to left: the same steps undone.
+    m2 = y2 - T * c / 2
+    stack(y2, oranges, "(B, H, T, E/H)\n= (1, 4, 6, 4)")
+    step(x_stack - 0.1, x_group + group_w + 0.1, m2, "transpose", "H ↔ T")
+    grouped(y2, oranges, "(B, T, H, E/H) = (1, 6, 4, 4)")
+    step(x_group - 0.1, x_flat + grid_w + 0.1, m2, "flatten", "(H, E/H) → E")
+    flat(y2, oranges, "", "(B, T, E) = (1, 6, 16)")
+    step(x_flat - 0.08, x_box + 0.55, m2, "out_proj = Wᴼ", "Linear(E, E)")
+    box(ax, x_box, m2, 1.0, 0.8, "output\n(B, T, E)\n= (1, 6, 16)", size=SMALL)
+    _bracket(ax, x_flat + grid_w + 0.1, x_stack - 0.1, 0.5, "merge_heads", up=False)
+
+    legend_item(ax, 0.2, 3.25, "query_strong", "the queries q, split into heads")
+    legend_item(ax, 0.2, 2.85, "key_strong", "the heads' outputs, weights @ v")
+    save(fig, "multihead_split_merge", png_dir)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Chapter 4
+
+
+def cross_attention(png_dir=None):
+    """Chapter 4: queries from the sentence (T = 6), keys and values from a source of S = 8 tokens."""
+    fig, ax = new_figure(9.5, 8.05, bottom=0.15)
+    T, S, u, rh, c = 6, 8, 0.05, 0.17, 0.24  # lengths, inches per feature, a strip's row height, a grid's cell
+    x_q, x_k, x_v = 1.3, 3.85, 7.0  # the left edges of the Q, K and V strips
+    y_in, y_strip, y_grid = 6.95, 6.2, 3.7  # input boxes, strips' tops, grids' tops
+    sources = [f"s{j}" for j in range(1, S + 1)]
+    words = ["Life", "is", "short", "eat", "dessert", "first"]
+    padded = {5, 6, 7}  # the chapter's key_padding_mask blocks the last three source tokens
+
+    text(ax, 0.2, 7.92, "Cross-attention: queries from the sentence, keys and values from a second sequence",
+         size=FONT, ha="left", weight="bold")
+    text(ax, 0.2, 7.63, "Chapter 4's weights W_query, W_key (24, 16) and W_value (28, 16), applied as x @ W.T",
+         size=SMALL, ha="left", color=MUTED)
+
+    def strip(x0, rows, width, style, label):
+        """A tensor drawn row by row (one row per token), `width` features wide, its name to the right."""
+        cell_grid(ax, x0, y_strip, rows, 1, width * u, lambda i, j: style, linewidth=0.6, cell_h=rh)
+        _outline(ax, x0, y_strip, width * u, rows * rh)
+        text(ax, x0 + width * u + 0.1, y_strip - rows * rh / 2, label, size=SMALL, ha="left", linespacing=1.35)
+
+    # Two inputs, three projections.
+    box(ax, x_q + 24 * u / 2, y_in, 2.1, 0.56, "x: the sentence\n(T, E) = (6, 16)", size=SMALL)
+    x_src = (x_k + 24 * u / 2 + x_v + 28 * u / 2) / 2
+    box(ax, x_src, y_in, 2.9, 0.56, "source = torch.rand(8, 16)\n(S, E) = (8, 16)", size=SMALL)
+    strip(x_q, T, 24, "query", "Q  (T, d_k)\n= (6, 24)")
+    strip(x_k, S, 24, "key", "K  (S, d_k)\n= (8, 24)")
+    strip(x_v, S, 28, "key", "V  (S, d_v)\n= (8, 28)")
+    arrow(ax, (x_q + 0.6, y_in - 0.28), (x_q + 0.6, y_strip + 0.03), label="x @ W_query.T")
+    arrow(ax, (x_src - 0.5, y_in - 0.28), (x_k + 0.6, y_strip + 0.03), label="source @ W_key.T", side="left")
+    arrow(ax, (x_src + 0.5, y_in - 0.28), (x_v + 0.7, y_strip + 0.03), label="source @ W_value.T", offset=0.3)
+
+    # Scores and weights: one row per query word, one column per source token.
+    x_sc, x_w = 1.3, 4.55
+    for x0, style_of in ((x_sc, lambda i, j: "tensor"), (x_w, lambda i, j: "blocked" if j in padded else "tensor")):
+        cell_grid(ax, x0, y_grid, T, S, c, style_of, linewidth=0.6)
+        for j, name in enumerate(sources):
+            text(ax, x0 + (j + 0.5) * c, y_grid + 0.15, name, size=SMALL, color=MUTED)
+    for i, word in enumerate(words):
+        text(ax, x_sc - 0.1, y_grid - (i + 0.5) * c, word, size=SMALL, ha="right")
+    arrow(ax, (x_q + 0.6, y_strip - T * rh - 0.05), (x_sc + S * c / 2 - 0.3, y_grid + 0.3))
+    arrow(ax, (x_k + 0.35, y_strip - S * rh - 0.05), (x_sc + S * c / 2 + 0.3, y_grid + 0.3))
+    text(ax, x_q + 0.72, y_grid + 0.75, "Q Kᵀ / √24", size=SMALL, ha="left")
+    y_under = y_grid - T * c - 0.22
+    text(ax, x_sc + S * c / 2, y_under, "scores  (T, S) = (6, 8)", size=SMALL)
+    arrow(ax, (x_sc + S * c + 0.1, y_grid - T * c / 2), (x_w - 0.1, y_grid - T * c / 2))
+    text(ax, (x_sc + S * c + x_w) / 2, y_grid - T * c / 2 + 0.28, "softmax over\nthe 8 source\ntokens", size=SMALL,
+         va="bottom", linespacing=1.3)
+    text(ax, x_w + S * c / 2, y_under, "weights  (T, S) = (6, 8)", size=SMALL)
+    text(ax, x_w + S * c / 2, y_under - 0.27, "each row sums to 1", size=SMALL, color=MUTED)
+
+    # The optional padding mask, above the columns it blocks.
+    y_mask = y_grid + 0.55
+    cell_grid(ax, x_w, y_mask, 1, S, c, lambda i, j: "blocked" if j in padded else "tensor", linewidth=0.6)
+    text(ax, x_w + S * c / 2, y_mask + 0.1, "key_padding_mask (optional)\n(B, S) = (1, 8)", size=SMALL,
+         va="bottom", linespacing=1.3)
+
+    # The output: weights @ V, V coming straight down.
+    arrow(ax, (x_v + 0.7, y_strip - S * rh - 0.05), (x_v + 0.7, y_grid + 0.05))
+    arrow(ax, (x_w + S * c + 0.1, y_grid - T * c / 2), (x_v - 0.1, y_grid - T * c / 2), label="@ V", side="above",
+          offset=0.05)
+    cell_grid(ax, x_v, y_grid, T, 1, 28 * u, lambda i, j: "tensor", linewidth=0.6, cell_h=c)
+    _outline(ax, x_v, y_grid, 28 * u, T * c)
+    text(ax, x_v + 28 * u / 2, y_under, "output  (T, d_v) = (6, 28)", size=SMALL)
+    text(ax, x_v + 28 * u / 2, y_under - 0.27, "one row per query word", size=SMALL, color=MUTED)
+
+    # What may differ and what must match.
+    y_note = 0.95
+    legend_item(ax, 0.2, y_note + 0.4, "query", "queries: from x, one per word (T = 6)")
+    legend_item(ax, 4.9, y_note + 0.4, "key", "keys and values: from the source (S = 8)")
+    legend_item(ax, 0.2, y_note, "blocked", "blocked by key_padding_mask (True = blocked): weight 0")
+    text(ax, 0.2, y_note - 0.55, "Lengths may differ (T = 6, S = 8), but Q and K must have the same width, d_k = 24; "
+         "V's width d_v = 28 sets the output's.\nSelf-attention is the case source = x, where S = T.", size=SMALL,
+         ha="left", linespacing=1.4)
+    save(fig, "cross_attention", png_dir)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -440,7 +738,8 @@ def tile_schedule(png_dir=None):
     save(fig, "tile_schedule", png_dir)
 
 
-DIAGRAMS = (causal_mask_alignments, keras_decoder_flow, kv_cache_decode_step, tile_schedule)
+DIAGRAMS = (embedding_lookup, scaled_dot_product_attention, multihead_split_merge, cross_attention,
+            causal_mask_alignments, keras_decoder_flow, kv_cache_decode_step, tile_schedule)
 
 
 def main():

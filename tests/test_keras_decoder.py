@@ -98,3 +98,25 @@ def test_multihead_with_head_dim_equals_per_head_attention(heads, head_dim, embe
     context = np.concatenate(per_head, axis=-1)[:, 0]  # (B, 1, T, d_k) per head -> (B, T, H·d_k)
     expected = context @ weights["out_proj_weight"].T + weights["out_proj_bias"]
     np.testing.assert_allclose(out.detach().numpy(), expected, rtol=1e-9, atol=1e-9)
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 6), st.integers(2, 7), st.integers(2, 9), st.integers(0, 2**31 - 1))
+def test_multihead_attention_from_keras_equals_keras(heads, key_dim, T, S, seed):
+    """Chapter 3: our module with a Keras layer's weights (kernels (E, H, key_dim)) computes what Keras does,
+    outputs and weights (Keras returns them per head; ours are their average), cross-attention widths too."""
+    keras.utils.set_random_seed(seed)
+    rng = np.random.default_rng(seed)
+    query, source = rng.standard_normal((2, T, 8), dtype=np.float32), rng.standard_normal((2, S, 5), dtype=np.float32)
+    layer = keras.layers.MultiHeadAttention(heads, key_dim, bias_initializer="random_normal")
+    expected, per_head = layer(query, source, return_attention_scores=True)
+    ours = ab.MultiHeadAttention.from_keras(layer)
+    with torch.no_grad():
+        out, averaged = ours(torch.from_numpy(query), torch.from_numpy(source))
+    torch.testing.assert_close(out, torch.from_numpy(np.asarray(expected)), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(averaged, torch.from_numpy(np.asarray(per_head)).mean(dim=1), rtol=1e-5, atol=1e-6)
+
+
+def test_from_keras_needs_a_built_layer():
+    with pytest.raises(ValueError, match="build it"):
+        ab.MultiHeadAttention.from_keras(keras.layers.MultiHeadAttention(2, 4))

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from .causal import causal_mask
-from .multihead import MultiHeadAttention, copy_parameters
+from .multihead import MultiHeadAttention, copy_parameters, keras_attention_map
 
 
 VOCAB = {0: "<pad>", 1: "今", 2: "天", 3: "气", 4: "好", 5: "真"}  # chapter 6's characters; 0 pads
@@ -178,23 +178,12 @@ class TorchKerasDecoder(nn.Module):
 def torch_from_keras_map(w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Our PyTorch parameter names -> the Keras arrays rearranged for them (chapter 6).
 
-    A Keras kernel is used as x @ kernel and keeps a head axis: (E, H, d_k). `nn.Linear` stores the
-    transpose of a flat matrix, (out, in), so the kernel is flattened to (E, H·d_k), head after head, and
-    transposed; the output kernel (H, d_k, E) becomes (E, H·d_k) the same way.
+    The attention's kernels keep a head axis in Keras; chapter 3's `keras_attention_map` flattens them.
     """
-    def linear(kernel):  # (in, ...) -> (out, in)
-        return kernel.reshape(kernel.shape[0], -1).T
-
+    attention = {f"attention.{name}": array for name, array in keras_attention_map(w).items()}
     return {
         "embedding.weight": w["embedding"],  # (V, E)
-        "attention.q_proj.weight": linear(w["query_kernel"]),  # (E, H, d_k) -> (H·d_k, E)
-        "attention.q_proj.bias": w["query_bias"].reshape(-1),  # (H, d_k) -> (H·d_k,)
-        "attention.k_proj.weight": linear(w["key_kernel"]),
-        "attention.k_proj.bias": w["key_bias"].reshape(-1),
-        "attention.v_proj.weight": linear(w["value_kernel"]),
-        "attention.v_proj.bias": w["value_bias"].reshape(-1),
-        "attention.out_proj.weight": w["output_kernel"].reshape(-1, w["output_kernel"].shape[-1]).T,  # (E, H·d_k)
-        "attention.out_proj.bias": w["output_bias"],  # (E,)
+        **attention,
         "dense.weight": w["dense_kernel"].T,  # (E, V) -> (V, E)
         "dense.bias": w["dense_bias"],  # (V,)
     }

@@ -123,6 +123,20 @@ class MultiHeadAttention(nn.Module):
         load_torch_weights(module, mha)
         return module
 
+    @classmethod
+    def from_keras(cls, layer) -> "MultiHeadAttention":
+        """A copy of a built Keras `MultiHeadAttention` layer's weights in this module (chapter 3)."""
+        arrays = {name: variable.numpy() for variable in layer.weights
+                  for name in [KERAS_ARRAYS.get("/".join(variable.path.split("/")[-2:]))] if name}
+        missing = sorted(set(KERAS_ARRAYS.values()) - set(arrays))
+        if missing:
+            raise ValueError(f"the Keras layer has no {missing}: build it (call it once) and keep its biases")
+        E, H, head_dim = arrays["query_kernel"].shape
+        module = cls(arrays["output_kernel"].shape[-1], H, kdim=arrays["key_kernel"].shape[0],
+                     vdim=arrays["value_kernel"].shape[0], head_dim=head_dim)
+        copy_parameters(module, keras_attention_map(arrays), "the Keras layer has")
+        return module
+
 
 def validate_is_causal(q: torch.Tensor, k: torch.Tensor, mask) -> None:
     """`is_causal` stands for the mask and is exact only when queries and keys are the same positions."""
@@ -144,6 +158,34 @@ def head_weights(q: torch.Tensor, k: torch.Tensor, mask=None) -> torch.Tensor:
     if mask is None and not scores.requires_grad:
         return torch.softmax(scores, dim=-1, out=scores)
     return masked_softmax(apply_mask(scores, mask))
+
+
+# A Keras MultiHeadAttention's variables (the last two parts of their paths) and our names for them.
+KERAS_ARRAYS = {"query/kernel": "query_kernel", "query/bias": "query_bias", "key/kernel": "key_kernel",
+                "key/bias": "key_bias", "value/kernel": "value_kernel", "value/bias": "value_bias",
+                "attention_output/kernel": "output_kernel", "attention_output/bias": "output_bias"}
+
+
+def keras_attention_map(w: dict) -> dict:
+    """Our parameter names -> a Keras MultiHeadAttention's arrays rearranged for them (chapters 3 and 6).
+
+    A Keras kernel is used as x @ kernel and keeps a head axis: (E, H, d_k). `nn.Linear` stores the
+    transpose of a flat matrix, (out, in), so the kernel is flattened to (E, H·d_k), head after head, and
+    transposed; the output kernel (H, d_k, E) becomes (E, H·d_k) the same way.
+    """
+    def linear(kernel):  # (in, ...) -> (out, in)
+        return kernel.reshape(kernel.shape[0], -1).T
+
+    return {
+        "q_proj.weight": linear(w["query_kernel"]),  # (E, H, d_k) -> (H·d_k, E)
+        "q_proj.bias": w["query_bias"].reshape(-1),  # (H, d_k) -> (H·d_k,)
+        "k_proj.weight": linear(w["key_kernel"]),
+        "k_proj.bias": w["key_bias"].reshape(-1),
+        "v_proj.weight": linear(w["value_kernel"]),
+        "v_proj.bias": w["value_bias"].reshape(-1),
+        "out_proj.weight": w["output_kernel"].reshape(-1, w["output_kernel"].shape[-1]).T,  # (H, d_k, E) -> (E, H·d_k)
+        "out_proj.bias": w["output_bias"],  # (E,)
+    }
 
 
 def torch_weight_map(mha: nn.MultiheadAttention) -> dict[str, torch.Tensor]:

@@ -2,6 +2,9 @@
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.colors import CenteredNorm
+
+DIVERGING = {"RdBu", "RdBu_r", "coolwarm", "bwr", "seismic", "PiYG", "PRGn", "BrBG", "PuOr", "RdGy", "RdYlBu"}
 
 
 def _as_array(matrix) -> np.ndarray:
@@ -19,7 +22,10 @@ def plot_heatmap(matrix, row_labels, col_labels, *, ax=None, title=None, xlabel=
                          f"{len(col_labels)} column labels")
     if ax is None:
         _, ax = plt.subplots(figsize=(0.75 * len(col_labels) + 2.0, 0.6 * len(row_labels) + 1.5))
-    image = ax.imshow(values, cmap=cmap)
+    norm = None
+    if cmap in DIVERGING and np.nanmin(values) < 0 < np.nanmax(values):
+        norm = CenteredNorm()  # symmetric about 0: the neutral colour means 0, not the middle of the range
+    image = ax.imshow(values, cmap=cmap, norm=norm)
     ax.set_xticks(range(len(col_labels)), labels=col_labels, rotation=45, ha="right")
     ax.set_yticks(range(len(row_labels)), labels=row_labels)
     ax.set_xlabel(xlabel)
@@ -27,13 +33,18 @@ def plot_heatmap(matrix, row_labels, col_labels, *, ax=None, title=None, xlabel=
     if title:
         ax.set_title(title)
     if annotate:
-        middle = (np.nanmax(values) + np.nanmin(values)) / 2
         for (i, j), v in np.ndenumerate(values):
             ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=8,
-                    color="black" if v > middle else "white")
+                    color=text_colour(image.cmap(image.norm(v))))
     ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
     ax.figure.tight_layout()
     return ax
+
+
+def text_colour(rgba) -> str:
+    """Black on light cells, white on dark ones, for any colormap: by the cell colour's relative luminance."""
+    r, g, b = (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgba[:3])  # sRGB -> linear
+    return "black" if 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.179 else "white"
 
 
 def plot_attention(weights, query_tokens, key_tokens=None, *, ax=None, title="attention weights"):
