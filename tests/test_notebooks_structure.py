@@ -93,3 +93,20 @@ def test_top_level_exports_exactly_what_the_chapters_call_as_ab():
     used = {name for path in NOTEBOOKS for cell in code_cells(path)
             for name in re.findall(r"\bab\.(\w+)", "".join(cell["source"]))}
     assert set(attention_book.__all__) == used
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_stored_warnings(path):
+    """A warning on stderr carries a process id and a temporary path: it is noise, and no reader needs it."""
+    for index, cell in enumerate(code_cells(path)):
+        stderr = [o for o in cell["outputs"] if o["output_type"] == "stream" and o["name"] == "stderr"]
+        assert not stderr, f"{path.name}, code cell {index}: stores stderr {''.join(stderr[0]['text'])[:200]!r}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_figure_has_alt_text(path):
+    """Plots rendered from outputs carry a description (cell metadata mystnb.image.alt) for screen readers."""
+    for index, cell in enumerate(code_cells(path)):
+        if any("image/png" in o.get("data", {}) for o in cell["outputs"]):
+            alt = cell["metadata"].get("mystnb", {}).get("image", {}).get("alt", "")
+            assert len(alt.split()) >= 15, f"{path.name}, code cell {index}: a figure without alt text"
