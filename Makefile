@@ -83,9 +83,16 @@ portability: $(STAMP)
 
 # Every chapter page of the built book in headless Chromium (from the OS's packages); screenshots go to
 # _build/screenshots. Runs on the book that `make book` built.
-browser: $(STAMP) chromium
+browser: $(STAMP) chromium $(AXE)
 	test -f _build/html/index.html || $(MAKE) book
 	$(BIN)/python -m pytest tests/browser
+
+# axe-core, the accessibility checker the browser test runs in every page, from npm at the version
+# package.json pins (no lock file: .npmrc).
+AXE := node_modules/axe-core/axe.min.js
+$(AXE): package.json
+	npm install --silent
+	touch $@
 
 chromium:
 	@command -v chromium >/dev/null || { \

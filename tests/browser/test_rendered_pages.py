@@ -3,7 +3,8 @@
 Run by `make browser` after `make book`: every chapter page is served from _build/html on 127.0.0.1
 and opened through the Chrome DevTools protocol. Checked on each page: math typeset by the local MathJax,
 figures loaded and non-empty, code cells and their outputs rendered, the Colab button pointing at the
-chapter's notebook, no console error, and no request leaving the machine. Screenshots are kept in
+chapter's notebook, no console error, no request leaving the machine, and no serious or critical
+accessibility violation found by axe-core (installed from npm by `make browser`). Screenshots are kept in
 _build/screenshots as build artefacts.
 """
 
@@ -29,6 +30,7 @@ SCREENSHOTS = ROOT / "_build" / "screenshots"
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 PAGES = ["intro"] + sorted(f"chapters/{p.stem}" for p in (ROOT / "chapters").glob("*.ipynb"))
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
 
 
 @pytest.fixture(scope="module")
@@ -139,6 +141,16 @@ def console_errors(page: Page) -> list[str]:
     return errors
 
 
+def accessibility_violations(page: Page) -> list:
+    """axe-core's serious and critical findings on the page: (rule, impact, the first elements' selectors)."""
+    if not AXE.exists():
+        pytest.fail("axe-core is not installed: `make browser` installs it from npm (package.json)")
+    page.evaluate(AXE.read_text() + "; true")
+    return page.evaluate("""axe.run(document, {resultTypes: ['violations']}).then(result => result.violations
+        .filter(v => v.impact === 'serious' || v.impact === 'critical')
+        .map(v => [v.id, v.impact, v.nodes.slice(0, 3).map(n => n.target.join(' '))]))""")
+
+
 @pytest.mark.parametrize("name", PAGES)
 def test_page_as_a_reader_sees_it(site, browser, name):
     path = HTML / f"{name}.html"
@@ -158,12 +170,14 @@ def test_page_as_a_reader_sees_it(site, browser, name):
             outputs: document.querySelectorAll('div.cell div.cell_output').length,
             colab: Array.from(document.querySelectorAll('a[href*="colab.research.google.com"]')).map(a => a.href),
         })""")
+        violations = accessibility_violations(page)
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         shot = page.send("Page.captureScreenshot", format="png", captureBeyondViewport=True)
         (SCREENSHOTS / f"{name.replace('/', '_')}.png").write_bytes(base64.b64decode(shot["data"]))
 
         errors = console_errors(page)
         assert errors == [], f"{name}: console errors {errors}"
+        assert violations == [], f"{name}: accessibility violations {violations}"
         outgoing = [e["params"]["request"]["url"] for e in page.events if e.get("method") == "Network.requestWillBeSent"
                     and not e["params"]["request"]["url"].startswith((site, "data:", "blob:", "about:"))]
         assert outgoing == [], f"{name}: requests leaving the machine"
