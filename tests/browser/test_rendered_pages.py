@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HTML = ROOT / "_build" / "html"
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
-PAGES = ["intro"] + sorted(f"chapters/{p.stem}" for p in (ROOT / "chapters").glob("*.ipynb"))
+PAGES = ["intro"] + sorted(f"chapters/{p.stem}" for p in (ROOT / "chapters").glob("*.ipynb")) + ["references"]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
 
