@@ -126,8 +126,11 @@ class MultiHeadAttention(nn.Module):
     @classmethod
     def from_keras(cls, layer) -> "MultiHeadAttention":
         """A copy of a built Keras `MultiHeadAttention` layer's weights in this module (chapter 3)."""
-        arrays = {name: variable.numpy() for variable in layer.weights
-                  for name in [KERAS_ARRAYS.get("/".join(variable.path.split("/")[-2:]))] if name}
+        arrays = {}
+        for variable in layer.weights:
+            name = KERAS_ARRAYS.get("/".join(variable.path.split("/")[-2:]))  # by the path's end, "query/kernel"
+            if name:
+                arrays[name] = variable.numpy()
         missing = sorted(set(KERAS_ARRAYS.values()) - set(arrays))
         if missing:
             raise ValueError(f"the Keras layer has no {missing}: build it (call it once) and keep its biases")
