@@ -81,18 +81,19 @@ $(addprefix portability-,$(PORTABILITY_VARIANTS)): $(STAMP)
 portability: $(STAMP)
 	$(MAKE) --no-print-directory -k $(addprefix portability-,$(PORTABILITY_VARIANTS))
 
-# Every chapter page of the built book in headless Chromium (from the OS's packages); screenshots go to
-# _build/screenshots. Runs on the book that `make book` built.
-browser: $(STAMP) chromium $(AXE)
-	test -f _build/html/index.html || $(MAKE) book
-	$(BIN)/python -m pytest tests/browser
-
 # axe-core, the accessibility checker the browser test runs in every page, from npm at the version
-# package.json pins (no lock file: .npmrc).
+# package.json pins (no lock file: .npmrc). Defined before `browser`, whose prerequisites expand it.
 AXE := node_modules/axe-core/axe.min.js
 $(AXE): package.json
 	npm install --silent
 	touch $@
+
+# Every chapter page of the built book in headless Chromium (from the OS's packages) with axe-core;
+# screenshots go to _build/screenshots. Runs on the book that `make book` built.
+browser: $(STAMP) chromium $(AXE)
+	test -f _build/html/index.html || $(MAKE) book
+	$(BIN)/python -m pytest tests/browser
+
 
 chromium:
 	@command -v chromium >/dev/null || { \
