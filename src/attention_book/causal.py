@@ -26,9 +26,11 @@ class CausalSelfAttention(nn.Module):
     Built on chapter 3's `MultiHeadAttention`; x (B, T, E) -> (B, T, E).
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True):
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
+                 num_kv_heads: int | None = None):
         super().__init__()
-        self.attention = MultiHeadAttention(embed_dim, num_heads, bias=bias, dropout=dropout)
+        self.attention = MultiHeadAttention(embed_dim, num_heads, bias=bias, dropout=dropout,
+                                            num_kv_heads=num_kv_heads)
 
     def forward(self, x: torch.Tensor, need_weights: bool = False, cache=None):
         """Returns (output (B, T, E), head-averaged weights (B, T, S) or None).

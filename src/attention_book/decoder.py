@@ -20,6 +20,7 @@ class DecoderConfig:
     num_heads: int = 4  # H, so E/H = 64
     num_layers: int = 4
     dropout: float = 0.0  # on the attention weights, in training mode only
+    num_kv_heads: int | None = None  # key/value heads; None = H (multi-head), 1 = multi-query
 
 
 class DecoderBlock(nn.Module):
@@ -29,7 +30,8 @@ class DecoderBlock(nn.Module):
         super().__init__()
         E = config.embed_dim
         self.norm1, self.norm2 = nn.LayerNorm(E), nn.LayerNorm(E)
-        self.attention = CausalSelfAttention(E, config.num_heads, dropout=config.dropout)
+        self.attention = CausalSelfAttention(E, config.num_heads, dropout=config.dropout,
+                                             num_kv_heads=config.num_kv_heads)
         self.mlp = nn.Sequential(nn.Linear(E, 4 * E), nn.GELU(approximate="tanh"), nn.Linear(4 * E, E))  # as GPT-2
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:

@@ -49,28 +49,37 @@ class MultiHeadAttention(nn.Module):
     convention (boolean True = may attend, or float added to the scores) and broadcasts to (..., H, T, S).
     `dropout` acts on the attention weights in training mode only (chapter 5); returned weights are taken
     before it. `head_dim` defaults to E/H; Keras lets every head be wider (its `key_dim`, chapter 6), so the
-    heads together span H · head_dim columns, which W^O maps back to E.
+    heads together span H · head_dim columns, which W^O maps back to E. With `num_kv_heads` below H, groups
+    of H / num_kv_heads query heads share one key/value head (grouped-query attention; multi-query with 1,
+    chapter 7), and a KV cache holds only those.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, kdim: int | None = None, vdim: int | None = None,
-                 bias: bool = True, dropout: float = 0.0, head_dim: int | None = None):
+                 bias: bool = True, dropout: float = 0.0, head_dim: int | None = None,
+                 num_kv_heads: int | None = None):
         super().__init__()
         if head_dim is None and embed_dim % num_heads:
             raise ValueError(f"embed_dim={embed_dim} is not divisible by num_heads={num_heads}: "
                              f"each head needs E/H = {embed_dim / num_heads:g} columns")
-        self.embed_dim, self.num_heads = embed_dim, num_heads
+        num_kv_heads = num_kv_heads or num_heads
+        if num_heads % num_kv_heads:
+            raise ValueError(f"num_heads={num_heads} is not a multiple of num_kv_heads={num_kv_heads}: every "
+                             "key/value head must serve the same number of query heads")
+        self.embed_dim, self.num_heads, self.num_kv_heads = embed_dim, num_heads, num_kv_heads
         self.head_dim = head_dim or embed_dim // num_heads
         self.kdim, self.vdim = kdim or embed_dim, vdim or embed_dim
         inner = num_heads * self.head_dim  # H · d_k, which is E unless head_dim is given
         self.q_proj = nn.Linear(embed_dim, inner, bias=bias)
-        self.k_proj = nn.Linear(self.kdim, inner, bias=bias)
-        self.v_proj = nn.Linear(self.vdim, inner, bias=bias)
+        self.k_proj = nn.Linear(self.kdim, num_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(self.vdim, num_kv_heads * self.head_dim, bias=bias)
         self.out_proj = nn.Linear(inner, embed_dim, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
-    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """(..., T, E) -> (..., H, T, E/H); with a given head_dim, (..., T, H·d_k) -> (..., H, T, d_k)."""
-        x = x.unflatten(-1, (self.num_heads, self.head_dim))  # (..., T, H, E/H)
+    def split_heads(self, x: torch.Tensor, heads: int | None = None) -> torch.Tensor:
+        """(..., T, E) -> (..., H, T, E/H); with a given head_dim, (..., T, H·d_k) -> (..., H, T, d_k).
+
+        `heads` other than H splits keys and values into their num_kv_heads heads."""
+        x = x.unflatten(-1, (heads or self.num_heads, self.head_dim))  # (..., T, H, E/H)
         return x.transpose(-3, -2)  # (..., H, T, E/H)
 
     def merge_heads(self, x: torch.Tensor) -> torch.Tensor:
@@ -92,10 +101,13 @@ class MultiHeadAttention(nn.Module):
         validate_width(key, self.kdim, "key", "kdim")
         validate_width(value, self.vdim, "value", "vdim")
         q = self.split_heads(self.q_proj(query))  # (..., H, T, E/H)
-        k = self.split_heads(self.k_proj(key))  # (..., H, S, E/H)
-        v = self.split_heads(self.v_proj(value))  # (..., H, S, E/H)
+        k = self.split_heads(self.k_proj(key), self.num_kv_heads)  # (..., H_kv, S, E/H)
+        v = self.split_heads(self.v_proj(value), self.num_kv_heads)  # (..., H_kv, S, E/H)
         if cache is not None:
-            k, v = cache.append(k, v)  # every position so far: (..., H, S_cached + S, E/H)
+            k, v = cache.append(k, v)  # every position so far: (..., H_kv, S_cached + S, E/H)
+        if self.num_kv_heads < self.num_heads:  # each key/value head serves a group of query heads
+            group = self.num_heads // self.num_kv_heads
+            k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)  # (..., H, S, E/H)
         validate_attention_inputs(q, k, v, mask)  # errors name the per-head shapes
         if is_causal:
             validate_is_causal(q, k, mask)
