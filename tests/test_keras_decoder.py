@@ -100,8 +100,11 @@ def test_multihead_with_head_dim_equals_per_head_attention(heads, head_dim, embe
     np.testing.assert_allclose(out.detach().numpy(), expected, rtol=1e-9, atol=1e-9)
 
 
+# key_dim from 2: with key_dim = 1 and T equal to the number of heads (e.g. 2 heads, T = 2), Keras 3.15's
+# layer returns outputs that differ from an einsum of its own weights by up to 0.05, while ours match that
+# einsum to 1e-7; that looks like Keras's, and is noted for the team.
 @settings(max_examples=8, deadline=None)
-@given(st.integers(1, 4), st.integers(1, 6), st.integers(2, 7), st.integers(2, 9), st.integers(0, 2**31 - 1))
+@given(st.integers(1, 4), st.integers(2, 6), st.integers(2, 7), st.integers(2, 9), st.integers(0, 2**31 - 1))
 def test_multihead_attention_from_keras_equals_keras(heads, key_dim, T, S, seed):
     """Chapter 3: our module with a Keras layer's weights (kernels (E, H, key_dim)) computes what Keras does,
     outputs and weights (Keras returns them per head; ours are their average), cross-attention widths too."""

@@ -118,10 +118,8 @@ class MultiHeadAttention(nn.Module):
             context = self.dropout(weights) @ v  # (..., H, T, E/H)
             averaged = weights.mean(dim=-3) if need_weights else None  # (..., T, S)
             return self.out_proj(self.merge_heads(context)), averaged
-        if is_causal:  # the same mask, left to the fused kernel
-            context = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        else:
-            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # fused kernel, same maths
+        # the fused kernel, same maths; with is_causal it makes the (T, T) mask itself (mask is None then)
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
         return self.out_proj(self.merge_heads(context)), None
 
     @classmethod
