@@ -121,3 +121,18 @@ def test_tiled_never_holds_the_score_matrix():
     scores = heads * T * T * 4  # one fp32 score matrix
     assert naive >= scores
     assert tiled < scores / 8
+
+
+def test_masked_first_blocks_then_very_negative_scores_in_float32():
+    """The running maximum must stay the true maximum after masked blocks: were it 0, later scores near
+    −300 would underflow exp to 0 in float32 and the row would come out 0/0 or zeros."""
+    x = torch.full((2, 24), float("-inf"))
+    x[:, 8:] = -300 + torch.randn(2, 16, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(online_softmax(x, 8), torch.softmax(x, dim=-1))
+    q = torch.full((1, 4, 1), 30.0)  # (B, T, d) with d = 1: every score is q·k
+    k = torch.full((1, 40, 1), -10.0) + torch.randn(1, 40, 1, generator=torch.Generator().manual_seed(1)) * 0.1
+    v = torch.randn(1, 40, 3, generator=torch.Generator().manual_seed(2))
+    padding = torch.ones(1, 1, 40, dtype=torch.bool)
+    padding[..., :16] = False  # the first two key blocks of 8 are padding; the rest score about −300
+    expected, _ = scaled_dot_product_attention(q, k, v, padding)
+    torch.testing.assert_close(tiled_attention(q, k, v, block_q=4, block_k=8, mask=padding), expected)

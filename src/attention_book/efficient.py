@@ -22,17 +22,20 @@ def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
     l = torch.zeros_like(m)  # (..., 1)
     for start in range(0, x.shape[-1], block_size):
         block = x[..., start:start + block_size]  # (..., b)
-        m_new = finite_or_zero(torch.maximum(m, block.amax(dim=-1, keepdim=True)))
-        l = l * torch.exp(m - m_new) + torch.exp(block - m_new).sum(dim=-1, keepdim=True)
+        m_new = torch.maximum(m, block.amax(dim=-1, keepdim=True))
+        shift = finite_or_zero(m_new)  # what the exponentials subtract: 0 while the row has seen only −∞
+        l = l * torch.exp(m - shift) + torch.exp(block - shift).sum(dim=-1, keepdim=True)
         m = m_new
     return torch.exp(x - m) / l
 
 
 def finite_or_zero(m: torch.Tensor) -> torch.Tensor:
-    """A running maximum of −∞ (every score so far masked) replaced by 0, as FlashAttention does (chapter 8).
+    """The running maximum to subtract in the exponentials: −∞ (every score so far masked) becomes 0, as in
+    FlashAttention (chapter 8).
 
     Otherwise exp(m − m_new) would be exp(−∞ + ∞) = NaN for a row whose first blocks are all masked
-    (padding, a sliding window); with 0 the masked scores still give exp(−∞) = 0.
+    (padding, a sliding window); with 0 the masked scores still give exp(−∞) = 0. The running maximum
+    itself stays −∞, so that the first finite block sets it.
     """
     return m.masked_fill(torch.isneginf(m), 0.0)
 
@@ -92,9 +95,10 @@ def tiled_attention(query, key, value, causal: bool = False, block_q: int = 256,
             if mask is not None:
                 tile = mask_tile(mask, slice(i, i + n), slice(j, j + scores.shape[-1]))  # (..., n, b)
                 apply_mask_in_base_2(scores, tile.expand(*batch, *scores.shape[1:]).reshape(scores.shape))
-            m_new = finite_or_zero(torch.maximum(m, scores.amax(dim=-1, keepdim=True)))  # (G, n, 1)
-            rescale = torch.exp2(m - m_new)  # how much the old maximum overestimated: (G, n, 1)
-            p = scores.sub_(m_new).exp2_()  # in place: (G, n, b)
+            m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))  # (G, n, 1)
+            shift = finite_or_zero(m_new)  # 0 while a row has seen only blocked keys
+            rescale = torch.exp2(m - shift)  # how much the old maximum overestimated: (G, n, 1)
+            p = scores.sub_(shift).exp2_()  # in place: (G, n, b)
             l.mul_(rescale).add_(p.sum(dim=-1, keepdim=True))
             acc.mul_(rescale).baddbmm_(p, v[:, j:j + block_k])  # acc · rescale + p V_j
             m = m_new
