@@ -130,3 +130,21 @@ def test_is_causal_refuses_what_it_cannot_mean():
         module(x, mask=ab.causal_mask(4), is_causal=True)
     with pytest.raises(ValueError, match=r"is_causal needs as many queries as keys, got T=4, S=6"):
         module(x, torch.randn(1, 6, 8), is_causal=True)
+
+
+@SETTINGS
+@given(st.integers(1, 8), st.integers(0, 8), st.integers(1, 10))
+def test_sliding_window_mask_sees_itself_and_the_window_before(T, extra, window):
+    """causal_mask(T, S, window=w): query i, at position S - T + i, sees exactly positions p - w + 1 ... p."""
+    S = T + extra
+    mask = ab.causal_mask(T, S, window=window)
+    for i in range(T):
+        position = S - T + i
+        seen = [j for j in range(S) if mask[i, j]]
+        assert seen == list(range(max(0, position - window + 1), position + 1))
+    assert torch.equal(ab.causal_mask(T, S, window=S), ab.causal_mask(T, S))  # a window as long as S: plain causal
+
+
+def test_window_must_be_positive():
+    with pytest.raises(ValueError, match="window must be a positive integer"):
+        ab.causal_mask(3, window=0)

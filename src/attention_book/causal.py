@@ -7,17 +7,25 @@ from .attention import validate_causal_lengths
 from .multihead import MultiHeadAttention
 
 
-def causal_mask(num_queries: int, num_keys: int | None = None, device=None) -> torch.Tensor:
+def causal_mask(num_queries: int, num_keys: int | None = None, device=None, window: int | None = None):
     """Boolean (T, S) mask, True where query i may attend to key j (chapter 5).
 
     With fewer queries than keys (T < S, as with a KV cache) the queries are the *last* T positions, so
     query i sits at position S − T + i and sees keys 0 … S − T + i. `is_causal=True` in
     `F.scaled_dot_product_attention` aligns the triangle at the top left instead, which is wrong here.
+    With a `window` (sliding-window attention, chapter 7) query i sees only itself and the window − 1
+    positions before it: keys S − T + i − window + 1 … S − T + i.
     """
     num_keys = num_queries if num_keys is None else num_keys
     validate_causal_lengths(num_queries, num_keys)
+    if window is not None and (not isinstance(window, int) or window < 1):
+        raise ValueError(f"window must be a positive integer (the query and the window - 1 keys before it), "
+                         f"got {window!r}")
     ones = torch.ones(num_queries, num_keys, dtype=torch.bool, device=device)
-    return ones.tril(diagonal=num_keys - num_queries)  # (T, S)
+    mask = ones.tril(diagonal=num_keys - num_queries)  # (T, S)
+    if window is not None:
+        mask &= ones.triu(diagonal=num_keys - num_queries - window + 1)  # nothing older than the window
+    return mask
 
 
 class CausalSelfAttention(nn.Module):
