@@ -1,4 +1,4 @@
-"""Chapter 7's profile of one cached decode step: where its ~3.5 ms go, at batch 1 and 8.
+"""Chapter 7's profile of one cached decode step: where its few milliseconds go, at batch 1 and 8.
 
 Run from the repository root (about a minute on a 2-core CPU):  .venv/bin/python benchmarks/kv_cache_profile.py
 The result goes to src/attention_book/data/kv_cache_profile_cpu.json, which chapter 7 reads.

@@ -5,13 +5,13 @@ the PyTorch operators it dispatches.
 """
 
 import statistics
-from time import perf_counter
+from functools import partial
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 from ..decoder import Decoder, generate_steps
-from .benchmark import time_steps
+from .benchmark import interleaved_medians, time_steps
 
 
 def decode_step_profile(model: Decoder, context: int, batch: int, steps: int = 24) -> dict:
@@ -59,21 +59,13 @@ def decode_step_work(model: Decoder, context: int, batch: int) -> dict:
 def matmul_throughput(size: int = 1024, repeats: int = 5) -> float:
     """GFLOP/s of a large float32 matrix product on this machine: a ceiling for arithmetic."""
     a, b = torch.ones(size, size), torch.ones(size, size)
-    times = []
-    for _ in range(repeats + 1):  # the first run warms up the thread pool
-        start = perf_counter()
-        a @ b
-        times.append(perf_counter() - start)
-    return 2 * size**3 / statistics.median(times[1:]) / 1e9
+    seconds = interleaved_medians({"matmul": partial(torch.matmul, a, b)}, repeats, progress=False)["matmul"]
+    return 2 * size**3 / seconds / 1e9
 
 
 def copy_bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
     """GB/s this machine reads and writes copying a large float32 tensor: a ceiling for memory traffic."""
     source = torch.ones(megabytes * 2**20 // 4)
     target = torch.empty_like(source)
-    times = []
-    for _ in range(repeats):
-        start = perf_counter()
-        target.copy_(source)
-        times.append(perf_counter() - start)
-    return 2 * source.nbytes / statistics.median(times) / 1e9  # read once, write once
+    seconds = interleaved_medians({"copy": partial(target.copy_, source)}, repeats, progress=False)["copy"]
+    return 2 * source.nbytes / seconds / 1e9  # read once, write once
