@@ -18,9 +18,7 @@ def causal_mask(num_queries: int, num_keys: int | None = None, device=None, wind
     """
     num_keys = num_queries if num_keys is None else num_keys
     validate_causal_lengths(num_queries, num_keys)
-    if window is not None and (not isinstance(window, int) or window < 1):
-        raise ValueError(f"window must be a positive integer (the query and the window - 1 keys before it), "
-                         f"got {window!r}")
+    validate_window(window)
     ones = torch.ones(num_queries, num_keys, dtype=torch.bool, device=device)
     mask = ones.tril(diagonal=num_keys - num_queries)  # (T, S)
     if window is not None:
@@ -28,29 +26,66 @@ def causal_mask(num_queries: int, num_keys: int | None = None, device=None, wind
     return mask
 
 
+def position_mask(query_positions: torch.Tensor, key_positions: torch.Tensor, window: int | None = None):
+    """True where a query at position p may attend to a key at position s: s ≤ p, and s > p − window (chapter 7).
+
+    `causal_mask` for keys that are not simply 0 … S − 1: a ring buffer's slots, or a batch of sequences
+    of different lengths padded to one (padding gets a position no query reaches). Positions (..., T) and
+    (..., S) give a mask (..., T, S).
+    """
+    validate_window(window)
+    p = query_positions[..., :, None]  # (..., T, 1)
+    s = key_positions[..., None, :]  # (..., 1, S)
+    mask = s <= p  # (..., T, S)
+    if window is not None:
+        mask &= s > p - window
+    return mask
+
+
+def validate_window(window) -> None:
+    """A window counts the query and the window − 1 positions before it: a positive integer, or None."""
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        raise ValueError(f"window must be a positive integer (the query and the window - 1 keys before it), "
+                         f"got {window!r}")
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head self-attention under a causal mask, with dropout on the weights (chapter 5).
 
-    Built on chapter 3's `MultiHeadAttention`; x (B, T, E) -> (B, T, E).
+    Built on chapter 3's `MultiHeadAttention`; x (B, T, E) -> (B, T, E). With a `window` each position
+    sees only itself and the window − 1 before it (sliding-window attention, chapter 7).
     """
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
-                 num_kv_heads: int | None = None):
+                 num_kv_heads: int | None = None, window: int | None = None):
         super().__init__()
+        validate_window(window)
+        self.window = window
         self.attention = MultiHeadAttention(embed_dim, num_heads, bias=bias, dropout=dropout,
                                             num_kv_heads=num_kv_heads)
 
     def forward(self, x: torch.Tensor, need_weights: bool = False, cache=None):
         """Returns (output (B, T, E), head-averaged weights (B, T, S) or None).
 
-        Without a cache S = T. With a `KVCache` (chapter 7), x holds the T newest positions and
-        S = len(cache) + T: the mask's triangle sits bottom-right.
+        Without a cache S = T. With a cache (chapter 7), x holds the T newest positions, and the cache says
+        which positions the queries and the S keys it will return stand for; the mask follows from those.
         """
-        num_queries = x.shape[-2]
-        num_keys = num_queries + (0 if cache is None else len(cache))
-        if num_queries == num_keys:  # both triangles agree: the fused kernel masks without a mask tensor
-            return self.attention(x, need_weights=need_weights, cache=cache, is_causal=True)
-        mask = None  # a single newest query may see every key: nothing to block
-        if num_queries > 1:
-            mask = causal_mask(num_queries, num_keys, device=x.device)  # (T, S)
-        return self.attention(x, mask=mask, need_weights=need_weights, cache=cache)
+        mask, is_causal = self.mask(x.shape[-2], x.device, cache)
+        return self.attention(x, mask=mask, need_weights=need_weights, cache=cache, is_causal=is_causal)
+
+    def mask(self, num_queries: int, device=None, cache=None) -> tuple[torch.Tensor | None, bool]:
+        """(mask, is_causal) for T new queries: is_causal when the mask is the plain T × T triangle, which
+        the fused kernel applies without a mask tensor; mask None when nothing is blocked."""
+        if cache is None:
+            query_positions = key_positions = torch.arange(num_queries, device=device)  # (T,), (S,) with S = T
+        else:
+            query_positions, key_positions = cache.positions(num_queries, device)  # (..., T), (..., S)
+        num_keys = key_positions.shape[-1]
+        window_covers_all = self.window is None or num_keys <= self.window
+        if query_positions.dim() == 1 and window_covers_all:  # one start for the whole batch
+            if num_queries == num_keys:
+                return None, True
+            if num_queries == 1:
+                return None, False  # a single newest query may see every key it is given
+        mask = position_mask(query_positions, key_positions, self.window)  # (..., T, S)
+        return (mask if mask.dim() == 2 else mask[:, None]), False  # (B, T, S) -> (B, 1, T, S): heads alike

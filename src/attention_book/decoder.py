@@ -7,7 +7,7 @@ from torch import nn
 from tqdm import tqdm
 
 from .causal import CausalSelfAttention
-from .kv_cache import KVCache
+from .kv_cache import BlockPool, KVCache, PagedKVCache, RingKVCache
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,7 @@ class DecoderConfig:
     num_layers: int = 4
     dropout: float = 0.0  # on the attention weights, in training mode only
     num_kv_heads: int | None = None  # key/value heads; None = H (multi-head), 1 = multi-query
+    window: int | None = None  # sliding window: each position sees itself and window - 1 before; None = all
 
 
 class DecoderBlock(nn.Module):
@@ -31,7 +32,7 @@ class DecoderBlock(nn.Module):
         E = config.embed_dim
         self.norm1, self.norm2 = nn.LayerNorm(E), nn.LayerNorm(E)
         self.attention = CausalSelfAttention(E, config.num_heads, dropout=config.dropout,
-                                             num_kv_heads=config.num_kv_heads)
+                                             num_kv_heads=config.num_kv_heads, window=config.window)
         self.mlp = nn.Sequential(nn.Linear(E, 4 * E), nn.GELU(approximate="tanh"), nn.Linear(4 * E, E))  # as GPT-2
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
@@ -53,21 +54,31 @@ class Decoder(nn.Module):
         self.norm = nn.LayerNorm(config.embed_dim)
         self.head = nn.Linear(config.embed_dim, config.vocab_size, bias=False)
 
-    def new_caches(self) -> list[KVCache]:
-        """One empty cache per layer, as long as the context."""
+    def new_caches(self) -> list[KVCache] | list[RingKVCache]:
+        """One empty cache per layer: as long as the context, or a ring of `window` positions."""
+        if self.config.window is not None:
+            return [RingKVCache(self.config.window) for _ in self.blocks]
         return [KVCache(self.config.context_length) for _ in self.blocks]
 
-    def forward(self, tokens: torch.Tensor, caches: list[KVCache] | None = None) -> torch.Tensor:
+    def new_paged_caches(self, batch_size: int, num_blocks: int, block_size: int = 16) -> list[PagedKVCache]:
+        """One paged cache per layer for `batch_size` sequences, each layer with a pool of `num_blocks` blocks."""
+        return [PagedKVCache(BlockPool(num_blocks, block_size), batch_size) for _ in self.blocks]
+
+    def forward(self, tokens: torch.Tensor, caches: list | None = None) -> torch.Tensor:
         """tokens (B, T) -> next-token logits (B, T, V).
 
-        With caches, `tokens` are the newest T positions, placed after the len(caches[0]) already stored.
+        With caches, `tokens` are the newest T positions, placed after those already stored: the caches
+        say at which positions (one start for the batch, or one per sequence for a paged cache).
         """
-        start = 0 if caches is None else len(caches[0])
-        end = start + tokens.shape[-1]
-        if end > self.config.context_length:
-            raise ValueError(f"positions {start}..{end - 1} exceed context_length={self.config.context_length} "
+        T = tokens.shape[-1]
+        start = 0 if caches is None else len(caches[0])  # with a paged cache, the longest sequence's length
+        if start + T > self.config.context_length:
+            raise ValueError(f"positions {start}..{start + T - 1} exceed context_length={self.config.context_length} "
                              f"(the last position is {self.config.context_length - 1})")
-        positions = torch.arange(start, end, device=tokens.device)  # (T,)
+        if caches is None:
+            positions = torch.arange(T, device=tokens.device)  # (T,)
+        else:
+            positions, _ = caches[0].positions(T, tokens.device)  # (T,), or (B, T) for a paged cache
         x = self.token_embedding(tokens) + self.position_embedding(positions)  # (B, T, E)
         for i, block in enumerate(self.blocks):
             x = block(x, None if caches is None else caches[i])
@@ -123,3 +134,29 @@ def cached_vs_full(model: Decoder, tokens: torch.Tensor, prefill: int = 1) -> li
         full = model(tokens[:, :end])[:, -1]  # (B, V)
         differences.append((cached - full).abs().max().item())
     return differences
+
+
+@torch.inference_mode()
+def generate_paged(model: Decoder, prompts: list[torch.Tensor], max_new_tokens: int, block_size: int = 16,
+                   num_blocks: int | None = None, temperature: float = 0.0,
+                   generator: torch.Generator | None = None) -> tuple[list[torch.Tensor], list[PagedKVCache]]:
+    """Continue B prompts of different lengths (each (T0_b,)) in one batch, with paged caches (chapter 7).
+
+    Each prompt is prefilled alone into its own blocks; then every step decodes one token for all B
+    sequences at once, each at its own position. Returns the sequences (T0_b + max_new_tokens,) and the
+    caches. The pool holds `num_blocks` blocks per layer, by default just enough for every sequence.
+    """
+    if not prompts or any(p.dim() != 1 or len(p) == 0 for p in prompts):
+        raise ValueError(f"prompts must be non-empty 1-D token tensors, got shapes {[tuple(p.shape) for p in prompts]}")
+    if num_blocks is None:
+        num_blocks = sum(-(-(len(p) + max_new_tokens) // block_size) for p in prompts)
+    caches = model.new_paged_caches(len(prompts), num_blocks, block_size)
+    last = [model(prompt[None], [c.for_rows([b]) for c in caches])[:, -1] for b, prompt in enumerate(prompts)]
+    logits = torch.cat(last)  # (B, V): each prompt's last position
+    sequences = list(prompts)
+    for step in range(max_new_tokens):
+        chosen = next_token(logits, temperature, generator)  # (B, 1)
+        sequences = [torch.cat([s, c]) for s, c in zip(sequences, chosen)]
+        if step < max_new_tokens - 1:
+            logits = model(chosen, caches)[:, -1]  # (B, V): one new position per sequence, each its own
+    return sequences, caches

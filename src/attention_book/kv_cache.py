@@ -1,12 +1,16 @@
 """The KV cache: keys and values kept between decoding steps (chapter 7)."""
 
+import copy
+
 import numpy as np
 import torch
 
 
-def kv_cache_bytes(layers: int, heads: int, head_dim: int, length: int, bytes_per_value: int, batch: int = 1) -> int:
-    """Memory of a full cache: keys and values (the 2) for every layer, head and position (chapter 7)."""
-    return 2 * layers * heads * head_dim * length * bytes_per_value * batch
+def kv_cache_bytes(layers: int, kv_heads: int, head_dim: int, length: int, bytes_per_value: int,
+                   batch: int = 1) -> int:
+    """Memory of a full cache: keys and values (the 2) for every layer, key/value head, position and
+    sequence of the batch (chapter 7). With grouped-query attention kv_heads is H_kv, not H."""
+    return 2 * layers * kv_heads * head_dim * length * bytes_per_value * batch
 
 
 def _zeros_like(example, shape):
@@ -36,6 +40,11 @@ class KVCache:
 
     def __len__(self) -> int:
         return self.length
+
+    def positions(self, num_new: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Positions of the next `append`'s n new queries (n,) and of the keys it returns (S,), S = len + n."""
+        start = self.length
+        return torch.arange(start, start + num_new, device=device), torch.arange(start + num_new, device=device)
 
     def append(self, keys, values):
         """Store the keys (..., n, d_k) and values (..., n, d_v) of n new positions.
@@ -73,3 +82,213 @@ class KVCache:
         if self.keys is None:
             return 0
         return self.keys.nbytes + self.values.nbytes  # tensors and arrays both have .nbytes
+
+
+class RingKVCache:
+    """The rolling cache of sliding-window attention: `window` slots, position p kept in slot p mod window
+    (chapter 7; Mistral 7B's rolling buffer).
+
+    A query sees itself and the window − 1 positions before it, so nothing older is ever read again and
+    its slot is overwritten. Memory stays at `window` positions however long the sequence grows; `len`
+    counts every position seen, which the decoder needs for the position of the next token.
+    """
+
+    def __init__(self, window: int):
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ValueError(f"window must be a positive integer, got {window!r}")
+        self.window = window
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every position."""
+        self.keys = self.values = None  # (..., window, d_k), (..., window, d_v)
+        self.length = 0  # positions seen, not positions held
+
+    def __len__(self) -> int:
+        return self.length
+
+    def slot_positions(self, end: int, device=None) -> torch.Tensor:
+        """Which position each slot holds once positions 0 … end − 1 are written: (min(end, window),)."""
+        slots = torch.arange(min(end, self.window), device=device)  # slot index k holds the latest p ≡ k
+        return slots + (end - 1 - slots) // self.window * self.window
+
+    def positions(self, num_new: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Positions of the next `append`'s n new queries (n,) and of the keys it returns (S,).
+
+        One new position (decoding): the keys are the slots, in slot order, after it is written. Several
+        (prefill): the window − 1 latest old positions, then the new ones, in position order.
+        """
+        start = self.length
+        queries = torch.arange(start, start + num_new, device=device)  # (n,)
+        if num_new == 1:
+            return queries, self.slot_positions(start + 1, device)  # (S,), S = min(len + 1, window)
+        held = min(start, self.window - 1)
+        return queries, torch.arange(start - held, start + num_new, device=device)  # (S,), S = held + n
+
+    def append(self, keys: torch.Tensor, values: torch.Tensor):
+        """Store the keys (..., n, d_k) and values (..., n, d_v) of n new positions; return the keys and
+        values (..., S, d) at the positions `positions(n)` names."""
+        if keys.shape[:-1] != values.shape[:-1]:
+            raise ValueError(f"keys {tuple(keys.shape)} and values {tuple(values.shape)} must agree on every axis "
+                             "but the last")
+        n, start = keys.shape[-2], self.length
+        if self.keys is None:
+            lead = tuple(keys.shape[:-2])
+            self.keys = keys.new_zeros((*lead, self.window, keys.shape[-1]))
+            self.values = values.new_zeros((*lead, self.window, values.shape[-1]))
+        else:
+            KVCache._validate_fits(keys, self.keys, "keys")
+            KVCache._validate_fits(values, self.values, "values")
+        if n > 1:  # the old positions the new queries can still see, oldest first, before any is overwritten
+            old = self.slot_index(torch.arange(start - min(start, self.window - 1), start))  # (held,)
+            all_keys = torch.cat([self.keys[..., old, :], keys], dim=-2)  # (..., held + n, d_k)
+            all_values = torch.cat([self.values[..., old, :], values], dim=-2)  # (..., held + n, d_v)
+        kept = torch.arange(max(start, start + n - self.window), start + n)  # the new positions that stay
+        self.keys[..., self.slot_index(kept), :] = keys[..., kept - start, :]
+        self.values[..., self.slot_index(kept), :] = values[..., kept - start, :]
+        self.length += n
+        if n > 1:
+            return all_keys, all_values
+        held = min(self.length, self.window)
+        return self.keys[..., :held, :], self.values[..., :held, :]  # (..., S, d), in slot order
+
+    def slot_index(self, positions: torch.Tensor) -> torch.Tensor:
+        """The slot of each position: p mod window."""
+        return (positions % self.window).to(self.keys.device)
+
+    def nbytes(self) -> int:
+        """Bytes held by the two buffers: `window` positions, whatever the length."""
+        if self.keys is None:
+            return 0
+        return self.keys.nbytes + self.values.nbytes
+
+
+PADDING = torch.iinfo(torch.int64).max  # the position of a padding key: no query ever reaches it
+
+
+class BlockPool:
+    """A fixed number of blocks, each holding the keys and values of `block_size` positions of one layer
+    (chapter 7; vLLM's PagedAttention). Sequences take blocks as they grow and give them back when done."""
+
+    def __init__(self, num_blocks: int, block_size: int):
+        if num_blocks < 1 or block_size < 1:
+            raise ValueError(f"num_blocks and block_size must be at least 1, got {num_blocks} and {block_size}")
+        self.num_blocks, self.block_size = num_blocks, block_size
+        self.free = list(range(num_blocks - 1, -1, -1))  # popped from the end: block 0 first
+        self.keys = self.values = None  # (num_blocks, H_kv, block_size, d_k), (..., d_v): on first use
+
+    def allocate(self) -> int:
+        """A free block's number."""
+        if not self.free:
+            raise RuntimeError(f"the block pool is exhausted: all {self.num_blocks} blocks of {self.block_size} "
+                               "positions are in use")
+        return self.free.pop()
+
+    def release(self, blocks: list[int]) -> None:
+        """Give blocks back to the pool."""
+        self.free.extend(reversed(blocks))
+
+    def ensure_storage(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Allocate the pool's buffers for keys (B, H_kv, n, d_k) and values (B, H_kv, n, d_v) on first use."""
+        if self.keys is None:
+            heads = keys.shape[-3]
+            self.keys = keys.new_zeros((self.num_blocks, heads, self.block_size, keys.shape[-1]))
+            self.values = values.new_zeros((self.num_blocks, heads, self.block_size, values.shape[-1]))
+        elif keys.shape[-3] != self.keys.shape[1] or keys.shape[-1] != self.keys.shape[-1] \
+                or values.shape[-1] != self.values.shape[-1]:
+            raise ValueError(f"keys {tuple(keys.shape)} and values {tuple(values.shape)} do not fit blocks of "
+                             f"keys {tuple(self.keys.shape[1:])} and values {tuple(self.values.shape[1:])}")
+
+    def block_bytes(self) -> int:
+        """Bytes of one block's keys and values (0 before the first append)."""
+        if self.keys is None:
+            return 0
+        return (self.keys.nbytes + self.values.nbytes) // self.num_blocks
+
+
+class PagedKVCache:
+    """The keys and values of B sequences of different lengths, in blocks from one `BlockPool`, with a block
+    table per sequence: position p of sequence b lives in block `block_tables[b][p // block_size]`, at
+    offset p mod block_size (chapter 7).
+
+    `append` feeds n new positions to every sequence in `rows` (all of them by default; `for_rows` makes a
+    cache that feeds a few, e.g. to prefill prompts of different lengths one by one). Servers keep one
+    block table for all layers; here each layer's cache keeps its own, identical, table.
+    """
+
+    def __init__(self, pool: BlockPool, batch_size: int):
+        self.pool = pool
+        self.block_tables = [[] for _ in range(batch_size)]  # block numbers of each sequence, in order
+        self.lengths = [0] * batch_size  # positions stored per sequence
+        self.rows = list(range(batch_size))  # the sequences the next append feeds
+
+    def for_rows(self, rows: list[int]) -> "PagedKVCache":
+        """The same cache (pool, tables, lengths shared), feeding only the sequences `rows`."""
+        for row in rows:
+            if not 0 <= row < len(self.lengths):
+                raise IndexError(f"row {row} is not a sequence of this cache (batch size {len(self.lengths)})")
+        view = copy.copy(self)
+        view.rows = list(rows)
+        return view
+
+    def __len__(self) -> int:
+        """The length of the longest sequence fed."""
+        return max(self.lengths[row] for row in self.rows)
+
+    def positions(self, num_new: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Positions of the next `append`'s new queries (B, n), and of the keys it returns (B, S), with
+        padding (beyond a shorter sequence's end) at position PADDING."""
+        starts = torch.tensor([self.lengths[row] for row in self.rows], device=device)[:, None]  # (B, 1)
+        queries = starts + torch.arange(num_new, device=device)  # (B, n)
+        num_keys = int(starts.max()) + num_new
+        keys = torch.arange(num_keys, device=device).expand(len(self.rows), num_keys)  # (B, S)
+        return queries, keys.masked_fill(keys >= starts + num_new, PADDING)
+
+    def append(self, keys: torch.Tensor, values: torch.Tensor):
+        """Write keys (B, H_kv, n, d_k) and values (B, H_kv, n, d_v) after each sequence's stored positions;
+        return every sequence's keys (B, H_kv, S, d_k) and values, padded to the longest (S positions)."""
+        if keys.dim() != 4 or keys.shape[:-1] != values.shape[:-1] or keys.shape[0] != len(self.rows):
+            raise ValueError(f"a paged cache feeding {len(self.rows)} sequences takes keys (B, H_kv, n, d_k) and "
+                             f"values (B, H_kv, n, d_v) with B = {len(self.rows)}; got {tuple(keys.shape)} and "
+                             f"{tuple(values.shape)}")
+        self.pool.ensure_storage(keys, values)
+        n = keys.shape[-2]
+        size = self.pool.block_size
+        needed = sum(-(-(self.lengths[row] + n) // size) - len(self.block_tables[row]) for row in self.rows)
+        if needed > len(self.pool.free):  # refuse before anything changes
+            raise RuntimeError(f"the block pool is exhausted: {needed} more blocks needed, {len(self.pool.free)} of "
+                               f"{self.pool.num_blocks} blocks of {size} positions free")
+        for i, row in enumerate(self.rows):
+            positions = range(self.lengths[row], self.lengths[row] + n)
+            blocks, offsets = self.slots(row, positions)  # (n,), (n,)
+            self.pool.keys[blocks, :, offsets] = keys[i].transpose(0, 1)  # (n, H_kv, d_k)
+            self.pool.values[blocks, :, offsets] = values[i].transpose(0, 1)  # (n, H_kv, d_v)
+            self.lengths[row] += n
+        return self.gather(self.pool.keys), self.gather(self.pool.values)
+
+    def slots(self, row: int, positions: range) -> tuple[torch.Tensor, torch.Tensor]:
+        """The block and offset of each position of sequence `row`, taking new blocks from the pool as needed."""
+        table, size = self.block_tables[row], self.pool.block_size
+        while len(table) * size < positions.stop:
+            table.append(self.pool.allocate())
+        blocks = torch.tensor([table[p // size] for p in positions], device=self.pool.keys.device)
+        offsets = torch.tensor([p % size for p in positions], device=self.pool.keys.device)
+        return blocks, offsets
+
+    def gather(self, storage: torch.Tensor) -> torch.Tensor:
+        """The fed sequences' positions from pool storage (blocks, H_kv, size, d): (B, H_kv, S, d)."""
+        longest = max(self.lengths[row] for row in self.rows)
+        count = -(-longest // self.pool.block_size)  # blocks of the longest sequence
+        tables = torch.tensor([self.block_tables[row][:count] + [0] * (count - len(self.block_tables[row]))
+                               for row in self.rows], device=storage.device)  # (B, count), padded with block 0
+        blocks = storage[tables]  # (B, count, H_kv, size, d)
+        return blocks.transpose(1, 2).flatten(2, 3)[..., :longest, :]  # (B, H_kv, count · size, d) -> (B, H_kv, S, d)
+
+    def release(self, row: int) -> None:
+        """Sequence `row` is finished: its blocks go back to the pool, and the row starts empty."""
+        self.pool.release(self.block_tables[row])
+        self.block_tables[row], self.lengths[row] = [], 0
+
+    def nbytes(self) -> int:
+        """Bytes of the blocks the sequences hold: what they use, rounded up to whole blocks."""
+        return sum(len(table) for table in self.block_tables) * self.pool.block_bytes()
