@@ -176,7 +176,7 @@ def test_paged_generation_equals_each_sequence_alone(case, window, kv_heads):
     gen = torch.Generator().manual_seed(seed)
     prompts = [torch.randint(0, 13, (length,), generator=gen) for length in lengths]
     sequences, caches = generate_paged(model, prompts, steps, block_size=block_size)
-    for prompt, sequence in zip(prompts, sequences):
+    for prompt, sequence in zip(prompts, sequences, strict=True):
         assert torch.equal(sequence, generate(model, prompt[None], steps, use_cache=False)[0])
 
 
@@ -192,7 +192,7 @@ def test_paged_logits_equal_full_recomputation_at_every_step(window):
             prefilled = model(sequences[b][None, :length], [c.for_rows([b]) for c in caches])[0]  # (T0_b, V)
             torch.testing.assert_close(prefilled, model(sequences[b][None, :length])[0], rtol=0, atol=1e-10)
         for step in range(steps):
-            new = torch.stack([s[length + step] for s, length in zip(sequences, lengths)])[:, None]  # (B, 1)
+            new = torch.stack([s[length + step] for s, length in zip(sequences, lengths, strict=True)])[:, None]  # (B, 1)
             cached = model(new, caches)[:, -1]  # (B, V)
             for b, length in enumerate(lengths):
                 full = model(sequences[b][None, :length + step + 1])[0, -1]

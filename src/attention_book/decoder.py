@@ -156,7 +156,7 @@ def generate_paged(model: Decoder, prompts: list[torch.Tensor], max_new_tokens: 
     sequences = list(prompts)
     for step in range(max_new_tokens):
         chosen = next_token(logits, temperature, generator)  # (B, 1)
-        sequences = [torch.cat([s, c]) for s, c in zip(sequences, chosen)]
+        sequences = [torch.cat([s, c]) for s, c in zip(sequences, chosen, strict=True)]
         if step < max_new_tokens - 1:
             logits = model(chosen, caches)[:, -1]  # (B, V): one new position per sequence, each its own
     return sequences, caches
