@@ -105,6 +105,9 @@ class MultiHeadAttention(nn.Module):
         v = self.split_heads(self.v_proj(value), self.num_kv_heads)  # (..., H_kv, S, E/H)
         if cache is not None:
             k, v = cache.append(k, v)  # every position so far: (..., H_kv, S_cached + S, E/H)
+        if self.num_kv_heads < self.num_heads and mask is None and not is_causal and not need_weights \
+                and not (self.training and self.dropout.p > 0):
+            return self.out_proj(self.merge_heads(grouped_attention(q, k, v))), None
         if self.num_kv_heads < self.num_heads:  # each key/value head serves a group of query heads
             group = self.num_heads // self.num_kv_heads
             k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)  # (..., H, S, E/H)
@@ -149,6 +152,19 @@ class MultiHeadAttention(nn.Module):
                      vdim=arrays["value_kernel"].shape[0], head_dim=head_dim)
         copy_parameters(module, keras_attention_map(arrays), "the Keras layer has")
         return module
+
+
+def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Unmasked attention of H query heads over H_kv shared key/value heads, without copying them (chapter 7).
+
+    The group of query heads that share a key/value head is stacked as if its heads were more positions:
+    (..., H, T, d) -> (..., H_kv, group · T, d). Exact only when every query sees every key, as in a
+    decode step; with a mask the keys and values are repeated instead (`MultiHeadAttention.forward`).
+    """
+    kv_heads, group = k.shape[-3], q.shape[-3] // k.shape[-3]
+    stacked = q.unflatten(-3, (kv_heads, group)).flatten(-3, -2)  # (..., H_kv, group, T, d) -> (..., H_kv, group·T, d)
+    context = F.scaled_dot_product_attention(stacked, k, v)  # (..., H_kv, group·T, d_v)
+    return context.unflatten(-2, (group, q.shape[-2])).flatten(-4, -3)  # (..., H_kv, group, T, d_v) -> (..., H, T, d_v)
 
 
 def validate_is_causal(q: torch.Tensor, k: torch.Tensor, mask) -> None:
