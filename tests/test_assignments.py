@@ -76,6 +76,10 @@ WRONG = {
                              r"the bias is missing"),
     "ch7.cache_size": (lambda layers, heads, head_dim, length, b: layers * heads * head_dim * length * b,
                        r"half the expected size: every position stores a key AND a value"),
+    "ch7.window_mask": (lambda T, S, w: torch.ones(T, S, dtype=torch.bool).tril().triu(-w + 1),
+                        r"your band starts at the top left; the queries are the last T positions"),
+    "ch7.decode_step": (lambda q, k, v, kc, vc: (torch.softmax(q @ kc.transpose(-2, -1), dim=-1) @ vc, kc, vc),
+                        r"the returned keys still have S positions: append the new key"),
     "ch8.running_max_and_sum": (lambda x, block: (float(x.max()), sum(float(torch.exp(x[i:i + block] - x[i:i + block].max()).sum())
                                                                       for i in range(0, len(x), block))),
                                 r"the running sum ends at .* multiply the sum so far by exp\(m − m'\)"),

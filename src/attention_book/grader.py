@@ -185,7 +185,7 @@ def check_keras_projection(keras_projection) -> str | None:
 
 
 def check_cache_size(kv_cache_size) -> str | None:
-    """Chapter 7: bytes of a full KV cache, 2 × layers × heads × head_dim × length × bytes per value."""
+    """Chapter 7: bytes of a full KV cache, 2 × layers × key/value heads × head_dim × length × bytes per value."""
     rng = np.random.default_rng(7)
     for _ in range(CASES):
         sizes = [int(n) for n in rng.integers(1, 64, size=4)] + [int(rng.choice([1, 2, 4]))]
@@ -194,8 +194,9 @@ def check_cache_size(kv_cache_size) -> str | None:
             continue
         if got * 2 == expected:
             return "half the expected size: every position stores a key AND a value (the factor 2)"
-        layers, heads, head_dim, length, per_value = sizes
-        return (f"for {layers} layers, {heads} heads of {head_dim}, {length} positions and {per_value}-byte values "
+        layers, kv_heads, head_dim, length, per_value = sizes
+        return (f"for {layers} layers, {kv_heads} key/value heads of {head_dim}, {length} positions and "
+                f"{per_value}-byte values "
                 f"you get {got}, expected {expected}")
     return None
 
@@ -217,6 +218,69 @@ def check_running_max_and_sum(running_max_and_sum) -> str | None:
     return None
 
 
+def check_window_mask(window_mask) -> str | None:
+    """Chapter 7: boolean (T, S), query i at position S − T + i sees keys S − T + i − window + 1 … S − T + i."""
+    for case in range(CASES):
+        gen = _generator(case)
+        T, extra, window = _sizes(gen, 3, 7)
+        S = T + extra - 1
+        got = window_mask(T, S, window)
+        if problem := _shape_problem(got, (T, S), f"the mask for T={T}, S={S}"):
+            return problem
+        if problem := _boolean_problem(got):
+            return problem
+        expected = causal_mask(T, S, window=window)
+        if torch.equal(got, expected):
+            continue
+        top_left = torch.ones(T, S, dtype=torch.bool).tril().triu(-window + 1)
+        if S > T and torch.equal(got, top_left):
+            return (f"for T={T} < S={S} your band starts at the top left; the queries are the last T positions, "
+                    "so query i sits at position S - T + i (bottom-right, as in chapter 5)")
+        for width in (window - 1, window + 1):
+            if width >= 1 and torch.equal(got, causal_mask(T, S, window=width)):
+                return (f"with window={window} each query should see itself and the {window - 1} positions before "
+                        f"it; your band is {width} wide")
+        i, j = torch.nonzero(got != expected)[0].tolist()
+        position = S - T + i
+        seen = "sees" if got[i, j] else "does not see"
+        return (f"T={T}, S={S}, window={window}: query {i} (position {position}) {seen} key {j}, but it should "
+                f"{'not ' if got[i, j] else ''}see it")
+    return None
+
+
+def check_decode_step(decode_step) -> str | None:
+    """Chapter 7: one cached step: append k_new, v_new to the cache, attend with the single query over all."""
+    for case in range(CASES):
+        gen = _generator(case)
+        B, H, S, d = _sizes(gen, 4, 5)
+        q, k_new, v_new = (torch.randn(B, H, 1, d, generator=gen, dtype=torch.float64) for _ in range(3))
+        k_cache, v_cache = (torch.randn(B, H, S, d, generator=gen, dtype=torch.float64) for _ in range(2))
+        got = decode_step(q, k_new, v_new, k_cache.clone(), v_cache.clone())
+        if not isinstance(got, tuple) or len(got) != 3:
+            return "return three things: (output (B, H, 1, d_v), keys (B, H, S + 1, d_k), values (B, H, S + 1, d_v))"
+        output, keys, values = got
+        expected_keys, expected_values = torch.cat([k_cache, k_new], dim=-2), torch.cat([v_cache, v_new], dim=-2)
+        if tuple(keys.shape) == (B, H, S, d):
+            return "the returned keys still have S positions: append the new key (the cache grows by one each step)"
+        if problem := _shape_problem(keys, expected_keys.shape, "the keys"):
+            return problem
+        if torch.allclose(keys, torch.cat([k_new, k_cache], dim=-2)):
+            return "the new key went in front: the cache keeps positions in order, so append it at the end"
+        if not (torch.allclose(keys, expected_keys) and torch.allclose(values, expected_values)):
+            return "the returned keys and values should be the cached ones followed by the new ones (torch.cat, dim=-2)"
+        if problem := _shape_problem(output, (B, H, 1, d), "the output"):
+            return problem
+        scores = q @ expected_keys.transpose(-2, -1)  # (B, H, 1, S + 1)
+        expected = torch.softmax(scores / math.sqrt(d), dim=-1) @ expected_values
+        if d > 1 and torch.allclose(output, torch.softmax(scores, dim=-1) @ expected_values):
+            return "the scores are not scaled: divide q · k by sqrt(d_k) before the softmax"
+        if torch.allclose(output, torch.softmax(q @ k_cache.transpose(-2, -1) / math.sqrt(d), dim=-1) @ v_cache):
+            return "the output ignores the new position: attend over the keys and values after appending"
+        if not torch.allclose(output, expected):
+            return f"the output differs from softmax(q Kᵀ / √d_k) V (largest difference {(output - expected).abs().max():.3g})"
+    return None
+
+
 CHECKS = {
     "ch1.vocab": check_vocab,
     "ch2.attention": check_attention,
@@ -225,5 +289,7 @@ CHECKS = {
     "ch5.causal_mask": check_causal_mask,
     "ch6.keras_projection": check_keras_projection,
     "ch7.cache_size": check_cache_size,
+    "ch7.window_mask": check_window_mask,
+    "ch7.decode_step": check_decode_step,
     "ch8.running_max_and_sum": check_running_max_and_sum,
 }
