@@ -1,11 +1,12 @@
 """Chapter 7's measurements of today's cache variants: the time of one cached decode step against the number
 of key/value heads, and against the context with and without a sliding window.
 
-Run from the repository root (about three minutes on a 2-core CPU):  .venv/bin/python benchmarks/kv_cache_variants.py
+Run from the repository root (about a minute on a 2-core CPU):  .venv/bin/python benchmarks/kv_cache_variants.py
 The result goes to src/attention_book/data/kv_cache_variants_cpu.json, which chapter 7 reads. Every
 variant has its own model (the same sizes as the chapter's decoder, random weights: the cost does not
-depend on their values) and its own caches, prefilled with the context; the variants' steps are timed in
-turn, so that the machine's slow moments fall on all of them alike.
+depend on their values) and its own caches, prefilled with the context; all the variants of a batch size
+are timed in turn in one run, so that the machine's slow moments fall on all of them alike and their
+times can be compared across heads and contexts.
 """
 
 from dataclasses import replace
@@ -37,34 +38,33 @@ def prefilled_step(config: DecoderConfig, context: int, batch: int):
     return lambda: model(token, caches), caches
 
 
-def step_against_kv_heads(base: DecoderConfig) -> list[dict]:
-    rows = []
-    for batch in tqdm(BATCHES, desc="key/value heads"):
-        steps = {kv: prefilled_step(replace(base, num_kv_heads=kv), KV_CONTEXT, batch)[0] for kv in KV_HEADS}
-        seconds = interleaved_medians(steps, REPEATS, progress=False)
-        rows += [{"batch": batch, "num_kv_heads": kv, "context": KV_CONTEXT, "seconds_per_step": seconds[kv]}
-                 for kv in KV_HEADS]
-    return rows
-
-
-def step_against_context(base: DecoderConfig, batch: int) -> list[dict]:
-    rows = []
-    for context in tqdm(CONTEXTS, desc=f"context, batch {batch}"):
-        full, full_caches = prefilled_step(base, context, batch)
-        windowed, ring_caches = prefilled_step(replace(base, window=WINDOW), context, batch)
-        seconds = interleaved_medians({"full": full, "window": windowed}, REPEATS, progress=False)
-        rows.append({"batch": batch, "context": context, "seconds_full": seconds["full"],
-                     "seconds_window": seconds["window"],
-                     "bytes_full": sum(c.nbytes() for c in full_caches),
-                     "bytes_window": sum(c.nbytes() for c in ring_caches)})
-    return rows
+def measure_batch(base: DecoderConfig, batch: int) -> tuple[list[dict], list[dict]]:
+    """Every variant of one batch size timed in a single interleaved run, so that all of them, across key/value
+    heads and across contexts, share the machine's slow and fast moments."""
+    steps, held = {}, {}
+    for kv in KV_HEADS:
+        steps[("heads", kv)], _ = prefilled_step(replace(base, num_kv_heads=kv), KV_CONTEXT, batch)
+    for context in tqdm(CONTEXTS, desc=f"prefilling, batch {batch}"):
+        for kind, config in (("full", base), ("window", replace(base, window=WINDOW))):
+            steps[(kind, context)], caches = prefilled_step(config, context, batch)
+            held[(kind, context)] = sum(c.nbytes() for c in caches)
+    seconds = interleaved_medians(steps, REPEATS, progress=True)
+    heads = [{"batch": batch, "num_kv_heads": kv, "context": KV_CONTEXT, "seconds_per_step": seconds[("heads", kv)]}
+             for kv in KV_HEADS]
+    contexts = [{"batch": batch, "context": c, "seconds_full": seconds[("full", c)],
+                 "seconds_window": seconds[("window", c)], "bytes_full": held[("full", c)],
+                 "bytes_window": held[("window", c)]} for c in CONTEXTS]
+    return heads, contexts
 
 
 def main() -> None:
     base = DecoderConfig(context_length=max(CONTEXTS) + 2 * REPEATS)  # room for the timed steps' growth
     result = {"machine": machine(), "config": vars(base), "window": WINDOW, "repeats": REPEATS,
-              "kv_heads": step_against_kv_heads(base),
-              "context": step_against_context(base, 1) + step_against_context(base, 8)}
+              "kv_heads": [], "context": []}
+    for batch in BATCHES:
+        heads, contexts = measure_batch(base, batch)
+        result["kv_heads"] += heads
+        result["context"] += contexts
     save_result(result, "kv_cache_variants_cpu", "src/attention_book/data")
     for row in result["kv_heads"]:
         print(f"batch {row['batch']}, {row['num_kv_heads']} key/value heads: "

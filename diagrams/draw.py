@@ -729,7 +729,7 @@ def ring_buffer(png_dir=None):
 
 def block_table(png_dir=None):
     """Chapter 7: three sequences of different lengths, their block tables, and the shared pool of blocks."""
-    fig, ax = new_figure(10.0, 5.3)
+    fig, ax = new_figure(10.0, 5.4, bottom=-0.1)
     size = 4
     sequences = (("A", 7, (0, 3), "query"), ("B", 3, (1,), "key"), ("C", 10, (2, 4, 6), "tensor"))
     text(ax, 0.2, 5.05, "A paged cache: block_size = 4 positions, a block table per sequence, one pool of blocks",
@@ -765,6 +765,8 @@ def block_table(png_dir=None):
          "its blocks back (release),", size=SMALL, ha="left")
     text(ax, 0.2, 0.5, "and attention gathers each sequence's blocks in table order, padded to the longest, "
          "with padding masked by position.", size=SMALL, ha="left")
+    text(ax, 0.2, 0.2, "Blocks are taken as sequences grow, so a table's blocks need not be adjacent; 5 and 7 were "
+         "given back by a finished sequence.", size=SMALL, ha="left")
     save(fig, "block_table", png_dir)
 
 

@@ -12,17 +12,40 @@ def reference_decode_step(q, k_new, v_new, k_cache, v_cache):
     return torch.softmax(q @ keys.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ values, keys, values
 
 
-def test_window_mask_feedback():
-    def band(width):
-        return lambda T, S, w: torch.ones(T, S, dtype=torch.bool).tril(S - T).triu(S - T - width + 1)
+def reference_ring_slots(length, window):
+    slots = torch.arange(min(length, window))
+    return slots + (length - 1 - slots) // window * window
 
-    assert grader.evaluate("ch7.window_mask", lambda T, S, w: band(w)(T, S, w)).passed
-    too_wide = grader.evaluate("ch7.window_mask", lambda T, S, w: band(w + 1)(T, S, w)).message
-    assert "your band is" in too_wide and "wide" in too_wide, too_wide
-    not_bool = grader.evaluate("ch7.window_mask", lambda T, S, w: band(w)(T, S, w).int()).message
-    assert "should be boolean" in not_bool
-    no_window = grader.evaluate("ch7.window_mask", lambda T, S, w: torch.ones(T, S, dtype=torch.bool).tril(S - T))
-    assert not no_window.passed and "should not see it" in no_window.message, no_window.message
+
+def test_ring_slots_feedback():
+    assert grader.evaluate("ch7.ring_slots", reference_ring_slots).passed
+    too_many = grader.evaluate("ch7.ring_slots", lambda length, window: torch.arange(length)).message
+    assert "holds min(length, window)" in too_many, too_many
+    off_by_one = grader.evaluate("ch7.ring_slots", lambda length, window: reference_ring_slots(length, window) + 1)
+    assert "slot 0 should hold position" in off_by_one.message, off_by_one.message
+
+
+def reference_cache_size(layers, kv_heads, head_dim, length, bytes_per_value, batch=1, window=None):
+    held = length if window is None else min(length, window)
+    return 2 * layers * kv_heads * head_dim * held * bytes_per_value * batch
+
+
+def test_cache_size_feedback():
+    assert grader.evaluate("ch7.cache_size", reference_cache_size).passed
+
+    def no_window(layers, kv_heads, head_dim, length, bytes_per_value, batch=1, window=None):
+        return reference_cache_size(layers, kv_heads, head_dim, length, bytes_per_value, batch)
+
+    def no_batch(layers, kv_heads, head_dim, length, bytes_per_value, batch=1, window=None):
+        return reference_cache_size(layers, kv_heads, head_dim, length, bytes_per_value, 1, window)
+
+    def whole_window(layers, kv_heads, head_dim, length, bytes_per_value, batch=1, window=None):
+        return reference_cache_size(layers, kv_heads, head_dim, window or length, bytes_per_value, batch)
+
+    assert "use min(length, window)" in grader.evaluate("ch7.cache_size", no_window).message
+    assert "one sequence's cache" in grader.evaluate("ch7.cache_size", no_batch).message
+    message = grader.evaluate("ch7.cache_size", whole_window).message
+    assert "holds only the" in message and "positions seen" in message, message
 
 
 def test_decode_step_feedback():

@@ -16,7 +16,7 @@ import torch
 
 from .attention import scaled_dot_product_attention
 from .causal import causal_mask
-from .kv_cache import kv_cache_bytes
+from .kv_cache import RingKVCache, kv_cache_bytes
 from .tokens import build_vocab
 
 CASES = 20  # random inputs per check
@@ -185,19 +185,31 @@ def check_keras_projection(keras_projection) -> str | None:
 
 
 def check_cache_size(kv_cache_size) -> str | None:
-    """Chapter 7: bytes of a full KV cache, 2 × layers × key/value heads × head_dim × length × bytes per value."""
+    """Chapter 7: bytes of a KV cache, 2 × layers × key/value heads × head_dim × positions held × bytes per
+    value × batch, where a sliding window caps the positions held at the window."""
     rng = np.random.default_rng(7)
-    for _ in range(CASES):
-        sizes = [int(n) for n in rng.integers(1, 64, size=4)] + [int(rng.choice([1, 2, 4]))]
-        got, expected = kv_cache_size(*sizes), kv_cache_bytes(*sizes)
+    for case in range(CASES):
+        layers, kv_heads, head_dim, length = (int(n) for n in rng.integers(1, 64, size=4))
+        per_value, batch = int(rng.choice([1, 2, 4])), int(rng.integers(1, 9))
+        window = None if case % 2 else int(rng.integers(1, 64))
+        held = length if window is None else min(length, window)
+        got = kv_cache_size(layers, kv_heads, head_dim, length, per_value, batch=batch, window=window)
+        expected = kv_cache_bytes(layers, kv_heads, head_dim, held, per_value, batch=batch)
         if got == expected:
             continue
         if got * 2 == expected:
             return "half the expected size: every position stores a key AND a value (the factor 2)"
-        layers, kv_heads, head_dim, length, per_value = sizes
-        return (f"for {layers} layers, {kv_heads} key/value heads of {head_dim}, {length} positions and "
-                f"{per_value}-byte values "
-                f"you get {got}, expected {expected}")
+        if got == expected // batch and batch > 1:
+            return f"that is one sequence's cache: the batch of {batch} sequences keeps {batch} of them"
+        if window is not None and held < length and got == kv_cache_bytes(layers, kv_heads, head_dim, length,
+                                                                          per_value, batch=batch):
+            return (f"with window={window} and length={length} a rolling cache holds only the last {window} "
+                    "positions: use min(length, window)")
+        if window is not None and length < window and got == kv_cache_bytes(layers, kv_heads, head_dim, window,
+                                                                             per_value, batch=batch):
+            return f"length={length} is shorter than window={window}: the cache holds only the {length} positions seen"
+        return (f"for {layers} layers, {kv_heads} key/value heads of {head_dim}, {length} positions, window {window}, "
+                f"{per_value}-byte values and batch {batch} you get {got}, expected {expected}")
     return None
 
 
@@ -218,33 +230,25 @@ def check_running_max_and_sum(running_max_and_sum) -> str | None:
     return None
 
 
-def check_window_mask(window_mask) -> str | None:
-    """Chapter 7: boolean (T, S), query i at position S − T + i sees keys S − T + i − window + 1 … S − T + i."""
+def check_ring_slots(ring_slots) -> str | None:
+    """Chapter 7: after positions 0 … length − 1 went into a ring of `window` slots (position p in slot
+    p mod window), the position each slot holds, in slot order."""
     for case in range(CASES):
         gen = _generator(case)
-        T, extra, window = _sizes(gen, 3, 7)
-        S = T + extra - 1
-        got = window_mask(T, S, window)
-        if problem := _shape_problem(got, (T, S), f"the mask for T={T}, S={S}"):
-            return problem
-        if problem := _boolean_problem(got):
-            return problem
-        expected = causal_mask(T, S, window=window)
+        length, window = _sizes(gen, 2, 13)
+        expected = RingKVCache(window).slot_positions(length)
+        got = torch.as_tensor(ring_slots(length, window)).flatten()
+        if len(got) != len(expected):
+            return (f"length={length}, window={window}: a ring of {window} slots holds min(length, window) = "
+                    f"{len(expected)} positions, yours gives {len(got)}")
         if torch.equal(got, expected):
             continue
-        top_left = torch.ones(T, S, dtype=torch.bool).tril().triu(-window + 1)
-        if S > T and torch.equal(got, top_left):
-            return (f"for T={T} < S={S} your band starts at the top left; the queries are the last T positions, "
-                    "so query i sits at position S - T + i (bottom-right, as in chapter 5)")
-        for width in (window - 1, window + 1):
-            if width >= 1 and torch.equal(got, causal_mask(T, S, window=width)):
-                return (f"with window={window} each query should see itself and the {window - 1} positions before "
-                        f"it; your band is {width} wide")
-        i, j = torch.nonzero(got != expected)[0].tolist()
-        position = S - T + i
-        seen = "sees" if got[i, j] else "does not see"
-        return (f"T={T}, S={S}, window={window}: query {i} (position {position}) {seen} key {j}, but it should "
-                f"{'not ' if got[i, j] else ''}see it")
+        if torch.equal(got.sort().values, expected.sort().values):
+            return (f"length={length}, window={window}: the right positions, in the wrong order; the answer goes "
+                    f"slot by slot, and slot k holds the position p with p mod window == k")
+        k = int(torch.nonzero(got != expected)[0])
+        return (f"length={length}, window={window}: slot {k} should hold position {int(expected[k])} (the latest p "
+                f"below length with p mod {window} == {k}), yours says {int(got[k])}")
     return None
 
 
@@ -289,7 +293,7 @@ CHECKS = {
     "ch5.causal_mask": check_causal_mask,
     "ch6.keras_projection": check_keras_projection,
     "ch7.cache_size": check_cache_size,
-    "ch7.window_mask": check_window_mask,
+    "ch7.ring_slots": check_ring_slots,
     "ch7.decode_step": check_decode_step,
     "ch8.running_max_and_sum": check_running_max_and_sum,
 }
