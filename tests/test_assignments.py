@@ -34,11 +34,15 @@ def define(source: str, function: str):
     return namespace[function]
 
 
-def test_every_chapter_has_three_exercises_and_a_graded_one():
+# Chapters whose graded exercises are being written elsewhere (the lead adds chapter 7's after merging).
+FEWER_GRADED = {"07_kv_cache.ipynb"}
+
+
+def test_every_chapter_has_three_graded_exercises():
     for path in NOTEBOOKS:
         sources = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown"]
         assert sum("{exercise}" in s for s in sources) >= 3, path.name
-        assert len(solution_cells(path)) >= 1, path.name
+        assert len(solution_cells(path)) >= (1 if path.name in FEWER_GRADED else 3), path.name
     assert {name for _, _, _, name, _ in GRADED} == set(grader.CHECKS), "every check is used by a chapter"
 
 
@@ -64,6 +68,37 @@ def test_student_stub_fails_with_its_hint(chapter, label, solution, name, functi
 WRONG = {
     "ch1.vocab": (lambda s: {w: i + 1 for i, w in enumerate(sorted(set(s.replace(",", "").split())))},
                   r"got index 1 but should get 0: indices follow the sorted order"),
+    "ch1.encode": (lambda s, vocab: [vocab[w] for w in s.replace(",", "").split()],
+                   r"return a torch.long tensor \(what nn.Embedding takes\), yours is list"),
+    "ch1.embed": (lambda ids, table: table[: len(ids)], r"the embeddings of ids .*; position t gets row ids\[t\]"),
+    "ch2.attention_weights": (lambda q, k: torch.softmax(q @ k.T / q.shape[-1] ** 0.5, dim=0),
+                              r"the softmax runs over the queries \(dim 0\)"),
+    "ch2.self_attention": (lambda x, W_q, W_k, W_v: torch.softmax(x @ W_q @ (x @ W_k).T / W_k.shape[1] ** 0.5, -1) @ x,
+                           r"the values are the inputs themselves: project them with W_v"),
+    "ch3.merge_heads": (lambda x: x.reshape(x.shape[0], x.shape[2], -1),
+                        r"columns \d+\.\.\d+ of position 0 should hold head 1's vector.*transpose\(1, 2\)"),
+    "ch3.mask_to_sdpa": (lambda attn_mask, key_padding_mask: attn_mask[None, None] | key_padding_mask[:, None, None, :],
+                         r"the convention is flipped: nn.MultiheadAttention's True means blocked"),
+    "ch4.cross_attention": (lambda target, source, W_q, W_k, W_v: torch.softmax(
+        (source @ W_q) @ (target @ W_k).T / W_k.shape[1] ** 0.5, -1) @ (target @ W_v),
+                            r"your output has one row per source position .* the queries come from the decoder"),
+    "ch4.padded_attention": (lambda q, k, v, lengths: torch.softmax(q @ k.transpose(1, 2) / q.shape[-1] ** 0.5, -1) @ v,
+                             r"the padding is attended: with lengths \[.*\], keys at or beyond a length"),
+    "ch5.offset_causal_mask": (lambda T, S: torch.ones(T, S, dtype=torch.bool).tril(),
+                               r"your triangle starts at the top left \(as is_causal=True does\)"),
+    "ch5.causal_attention": (lambda q, k, v: (torch.softmax(q @ k.T / q.shape[-1] ** 0.5, -1)
+                                              * torch.ones(len(q), len(q)).tril()) @ v,
+                             r"you masked after the softmax: each row's weights no longer sum to 1"),
+    "ch6.keras_output": (lambda context, kernel, bias: np.einsum("bhtk,hke->bhte", context, kernel) + bias,
+                         r"your result keeps the head axis"),
+    "ch6.kernel_to_linear": (lambda kernel, bias: (kernel.reshape(kernel.shape[0], -1), bias.reshape(-1)),
+                             r"nn.Linear keeps its weight as \(out, in\) = \(\d+, \d+\): transpose"),
+    "ch8.merge_partials": (lambda m_a, l_a, acc_a, m_b, l_b, acc_b: (torch.maximum(m_a, m_b), l_a + l_b, acc_a + acc_b),
+                           r"l_a \+ l_b adds sums taken against different maxima"),
+    "ch8.tiled_attention": (lambda q, k, v, block: sum(torch.softmax(q @ k[i:i + block].T / q.shape[1] ** 0.5, -1)
+                                                       @ v[i:i + block] for i in range(0, len(k), block))
+                            / len(range(0, len(k), block)),
+                            r"you averaged the blocks' outputs"),
     "ch2.attention": (lambda q, k, v: torch.softmax(q @ k.T, dim=-1) @ v, r"the scores are not scaled"),
     "ch3.split_heads": (lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1),
                         r"head 1 of position 0 should hold columns .*reshape to \(B, T, H, E/H\) first"),

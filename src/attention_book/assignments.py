@@ -2,12 +2,14 @@
 
     python -m attention_book.assignments student chapters/ student/            # student notebooks
     python -m attention_book.assignments grade submissions/ grades/ --timeout 60  # sandboxed grading
+    python -m attention_book.assignments course chapters/ _build/course/       # nbgrader assignments
 """
 
 import argparse
 import sys
 from pathlib import Path
 
+from .course.export import make_course
 from .course.grading import grade_folder
 from .course.notebooks import make_student_notebooks
 from .course.sandbox import MEMORY_MB
@@ -27,11 +29,15 @@ def main(argv=None) -> None:
     grade.add_argument("--memory", type=int, default=MEMORY_MB, help=f"MB of memory per notebook (default {MEMORY_MB})")
     grade.add_argument("--hide", type=Path, action="append", default=[],
                        help="a folder the submissions must not see (the chapters with solutions: hidden by default)")
+    course = commands.add_parser("course", help="write nbgrader's course folder (source/<chapter>/, nbgrader_config.py)")
+    course.add_argument("chapters", type=Path)
+    course.add_argument("out", type=Path)
     args = parser.parse_args(argv)
-    if args.command == "student":
+    if args.command in ("student", "course"):
         if not args.chapters.is_dir():
             sys.exit(f"{args.chapters} is not a folder of chapter notebooks")
-        for path in make_student_notebooks(args.chapters, args.out):
+        make = make_student_notebooks if args.command == "student" else make_course
+        for path in make(args.chapters, args.out):
             print(path)
         return
     if not args.submissions.is_dir():
