@@ -1,8 +1,9 @@
 """Sandboxed grading (issue 20): no submission decides its own grade and none can stop the others.
 
-One class is graded once: the honest solution, the untouched stub and every cheat the issue names,
-each as its own student. Each cheat gets no marks, with a message saying what happened, and the
-students graded after it are graded all the same.
+One class is graded once: the honest solutions, the untouched stubs and every cheat the issue names,
+each as its own student. A cheat is the reference chapter with the solution cell of its first graded
+exercise replaced: that exercise gets no marks, with a message saying what happened, the chapter's other
+exercises are still graded (unless the cheat used up the notebook's time), and so is every other student.
 """
 
 import csv
@@ -81,8 +82,8 @@ EXPECTED = {  # student -> (passed, message pattern)
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """Grade the class; returns (results by student, scores by student, the recorded forgery file, the
-    bytes the network listener received)."""
+    """Grade the class; returns (results by (student, exercise), scores by student, the file a forger
+    wrote to, the bytes the network listener received)."""
     root = tmp_path_factory.mktemp("class")
     teacher = next(p for p in NOTEBOOKS if p.name == CHAPTER)
     student = make_student_notebooks(teacher.parent, root / "student")
@@ -93,7 +94,7 @@ def graded(tmp_path_factory):
     forged = root / "grades.jsonl"
     os.environ["ATTENTION_BOOK_GRADES"] = str(forged)  # as the old grader set it: a cheat looks for it
     for name, source in {"honest": None, "stub": None, **CHEATS}.items():
-        notebook = nbformat.read(teacher if name == "honest" else stub, as_version=4)
+        notebook = nbformat.read(stub if name == "stub" else teacher, as_version=4)
         if source is not None:
             source = source.replace("PORT", str(listener.getsockname()[1])).replace("SCORES", repr(str(grades / "scores.csv")))
             cell = next(c for c in notebook.cells if c.cell_type == "code" and "def causal_mask_by_hand(" in c.source)
@@ -110,10 +111,13 @@ def graded(tmp_path_factory):
         received = b""
     listener.close()
     with open(grades / "results.csv") as file:
-        results = {row["student"]: row for row in csv.DictReader(file)}
+        results = {(row["student"], row["exercise"]): row for row in csv.DictReader(file)}
     with open(grades / "scores.csv") as file:
         scores = {row["student"]: (row["passed"], row["total"]) for row in csv.DictReader(file)}
     return results, scores, forged, received
+
+
+EXERCISES = ["ch5.causal_mask", "ch5.offset_causal_mask", "ch5.causal_attention"]
 
 
 @pytest.mark.parametrize("student", sorted(EXPECTED))
@@ -124,10 +128,19 @@ def test_each_submission_gets_what_it_earned_with_the_reason(graded, student):
         pytest.skip("network and file isolation need Linux namespaces (unshare)")
     results, scores, _, _ = graded
     passed, message = EXPECTED[student]
-    assert results[student]["exercise"] == "ch5.causal_mask"
-    assert results[student]["passed"] == passed, results[student]
-    assert re.search(message, results[student]["message"]), results[student]["message"]
-    assert scores[student] == ("1" if passed == "True" else "0", "1")
+    first = results[(student, "ch5.causal_mask")]
+    assert first["passed"] == passed, first
+    assert re.search(message, first["message"]), first["message"]
+    others = [results[(student, name)] for name in EXERCISES[1:]]
+    if student == "stub":
+        assert all(r["message"].startswith("not implemented yet. Hint:") for r in others)
+        assert scores[student] == ("0", "3")
+    elif student == "loops_forever":  # the notebook's time is spent
+        assert all(r["message"].endswith("stopped: time limit reached") for r in others)
+        assert scores[student] == ("0", "3")
+    else:  # the other exercises, honest, are graded as usual
+        assert all(r["passed"] == "True" for r in others), others
+        assert scores[student] == ("3" if passed == "True" else "2", "3")
 
 
 def test_without_namespaces_the_worker_is_still_not_the_graders_child(monkeypatch):
@@ -149,7 +162,9 @@ def test_a_notebook_without_the_function_or_readable_json_scores_zero(tmp_path):
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
     nbformat.write(notebook, tmp_path / CHAPTER)
     (tmp_path / "07_kv_cache.ipynb").write_text("{not json")
-    assert [r.message for r in grading.grade_notebook(tmp_path / CHAPTER)] == ["no code cell defines causal_mask_by_hand()"]
+    assert [r.message for r in grading.grade_notebook(tmp_path / CHAPTER)] == [
+        f"no code cell defines {function}()" for function in ("causal_mask_by_hand", "offset_causal_mask_by_hand",
+                                                              "causal_attention_by_hand")]
     broken = grading.grade_notebook(tmp_path / "07_kv_cache.ipynb")
     assert broken and all(not r.passed and r.message.startswith("the notebook cannot be read") for r in broken)
     assert grading.chapter_exercises("notes.ipynb") == []

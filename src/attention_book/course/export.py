@@ -75,8 +75,8 @@ def _metadata(grade_id: str, solution: bool, grade: bool, points: int = 0) -> di
 def assignment_notebook(chapter: nbformat.NotebookNode, title: str) -> nbformat.NotebookNode:
     """nbgrader's source notebook for one chapter's graded exercises."""
     cells = [nbformat.v4.new_markdown_cell(
-        f"# Exercises: {title}\n\nEach exercise asks for a function; replace `raise NotImplementedError()` with your "
-        f"code, then run the test cell after it. The chapter in the book explains everything these exercises use.",
+        f"# Exercises: {title}\n\nEach exercise asks for a function: write its body where it says `# YOUR CODE HERE`, "
+        f"then run the test cell after it. The chapter in the book explains everything these exercises use.",
         metadata=_metadata("intro", solution=False, grade=False))]
     for exercise in graded_exercises(chapter):
         label, name, function = exercise["label"], exercise["name"], exercise["function"]

@@ -7,7 +7,8 @@ the last code cell that defines the exercise's function; only those cells run, i
 (`attention_book.course.sandbox`) that the grader feeds inputs drawn from a secret seed. The child's
 answers come back as JSON values and the check compares them with the reference in this process, where
 nothing of the submission runs. A notebook whose child hangs, exhausts memory, exits or is killed gets
-no marks for the exercises left, with the reason, and the next notebook is graded all the same.
+no marks for that exercise, with the reason; the notebook's next exercise gets a fresh child (within the
+notebook's time limit), and the next notebook is graded all the same.
 """
 
 import csv
@@ -63,6 +64,7 @@ def grade_notebook(path: Path, timeout: float = 60, hidden: tuple[Path, ...] = (
     except Exception as error:  # noqa: BLE001 - a broken file is that student's problem only
         return [Result(name, False, f"the notebook cannot be read ({type(error).__name__}: {error})") for name in exercises]
     seed = secrets.randbelow(2**31) if seed is None else seed
+    deadline = time.monotonic() + timeout
     results, sandbox = [], None
     try:
         for name in exercises:
@@ -71,8 +73,15 @@ def grade_notebook(path: Path, timeout: float = 60, hidden: tuple[Path, ...] = (
             if source is None:
                 results.append(Result(name, False, f"no code cell defines {function}()"))
                 continue
+            if sandbox is not None and sandbox.ended:  # a crash costs the exercise that caused it, not the rest
+                sandbox.close()
+                sandbox = None
             try:
-                sandbox = sandbox or Sandbox(timeout=timeout, memory_mb=memory_mb, hidden=hidden)
+                if sandbox is None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise SandboxEnded("the grading process of this notebook stopped: time limit reached")
+                    sandbox = Sandbox(timeout=left, memory_mb=memory_mb, hidden=hidden)
                 sandbox.define(source, function)
             except SandboxEnded as error:
                 results.append(Result(name, False, str(error)))

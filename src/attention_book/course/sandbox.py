@@ -107,7 +107,11 @@ class Sandbox:
                                         start_new_session=True, preexec_fn=_limits(timeout, memory_mb))
         self.buffer = b""
         self.ended: str | None = None
-        self._receive()  # {"ready": true}
+        try:
+            self._receive()  # {"ready": true}
+        except SandboxEnded:
+            self.close()
+            raise
 
     def __enter__(self):
         return self
