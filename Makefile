@@ -10,7 +10,7 @@ export TF_CPP_MIN_LOG_LEVEL := 3
 export TF_ENABLE_ONEDNN_OPTS := 0
 export PYTHONHASHSEED := 0
 
-.PHONY: install book student test lint unit notebooks portability browser chromium clean
+.PHONY: install book student course test lint unit notebooks portability browser chromium clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ book: $(STAMP)
 # Student notebooks for a course: solutions stubbed, outputs cleared (see the README, "For teachers").
 student: $(STAMP)
 	$(BIN)/python -m attention_book.assignments student chapters _build/student
+
+# nbgrader's course folder: one assignment per chapter with its graded exercises (README, "For teachers").
+course: $(STAMP)
+	rm -rf _build/course
+	$(BIN)/python -m attention_book.assignments course chapters _build/course
 
 # ruff over the package, tests, benchmarks and the notebooks' code cells (rules in pyproject.toml).
 lint: $(STAMP)

@@ -1,0 +1,81 @@
+"""Student notebooks from the chapters: solutions stubbed, written solutions removed, outputs cleared
+(course tooling; run by `python -m attention_book.assignments student`).
+
+In a chapter, a graded exercise's solution is a code cell between two markdown cells holding the
+sphinx-exercise gates `{solution-start} label` and `{solution-end}`; its first line is `# Hint: ...`.
+The student version keeps every other cell, turns each function of such a cell into its signature and
+docstring followed by `raise NotImplementedError(hint)`, drops prose solutions (`{solution}` cells) and
+all outputs.
+"""
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import nbformat
+
+SOLUTION_START = re.compile(r"\{solution-start\}\s*(\S+)")
+SOLUTION_END = "{solution-end}"
+PROSE_SOLUTION = re.compile(r"^[`:]{3,}\{solution\}", re.M)
+HINT = re.compile(r"^#\s*Hint:\s*(.+)$", re.M)
+
+
+def stub(source: str) -> str:
+    """Every top-level function of a solution cell, reduced to signature, docstring and the hint."""
+    hint = HINT.search(source)
+    if hint is None:
+        raise ValueError(f"a solution cell must start with a '# Hint: ...' line:\n{source}")
+    tree = ast.parse(source)
+    lines = source.splitlines()
+    functions = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
+    if not functions:
+        raise ValueError(f"a graded solution cell must define a function:\n{source}")
+    parts = []
+    for function in functions:
+        body = function.body
+        has_docstring = isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
+            and isinstance(body[0].value.value, str)
+        keep_until = body[0].end_lineno if has_docstring else body[0].lineno - 1  # signature (+ docstring)
+        start = function.decorator_list[0].lineno if function.decorator_list else function.lineno
+        indent = " " * body[0].col_offset
+        parts.append("\n".join(lines[start - 1:keep_until] + [f"{indent}raise NotImplementedError({hint.group(1)!r})"]))
+    return "\n\n\n".join(parts)
+
+
+def student_notebook(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """A copy of a chapter with solution code stubbed, prose solutions removed and outputs cleared."""
+    result = nbformat.from_dict(json.loads(json.dumps(notebook)))
+    cells, label = [], None
+    for cell in result.cells:
+        source = cell.source
+        if cell.cell_type == "markdown" and (start := SOLUTION_START.search(source)):
+            label = start.group(1)
+            cells.append(nbformat.v4.new_markdown_cell(f"**Your solution** to exercise `{label}`: replace "
+                                                       "`raise NotImplementedError(...)` with your code."))
+            continue
+        if cell.cell_type == "markdown" and SOLUTION_END in source:
+            label = None
+            continue
+        if cell.cell_type == "markdown" and PROSE_SOLUTION.search(source):
+            continue  # a written solution: for the teacher, not the student
+        if cell.cell_type == "code":
+            if label is not None:
+                cell.source = stub(source)
+            cell.outputs, cell.execution_count = [], None
+        cells.append(cell)
+    if label is not None:
+        raise ValueError(f"solution {label!r} has no {SOLUTION_END} cell")
+    result.cells = cells
+    return result
+
+
+def make_student_notebooks(chapters: Path, out: Path) -> list[Path]:
+    """A student notebook for every chapter notebook in `chapters`, written to `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in sorted(chapters.glob("*.ipynb")):
+        target = out / path.name
+        nbformat.write(student_notebook(nbformat.read(path, as_version=4)), target)
+        written.append(target)
+    return written
