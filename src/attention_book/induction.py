@@ -21,7 +21,7 @@ from .kv_cache import KVCache
 from .positions import LearnedPositions, apply_rope
 
 POSITION_KINDS = ("learned", "rope", "none")
-EVAL_BATCH, EVAL_SEED = 256, 12345  # the fixed sequences every stored metric is measured on
+EVAL_BATCH, EVAL_SEED = 512, 12345  # the fixed sequences every stored metric is measured on
 
 
 @dataclass(frozen=True)
