@@ -211,7 +211,8 @@ def evaluation_batch(config: InductionConfig) -> tuple[torch.Tensor, torch.Tenso
 
 
 def load_trained(positions: str) -> tuple[AttentionOnly, dict]:
-    """The model `scripts/train_induction.py` trained with these positions, and its stored record (chapter 9).
+    """The model `scripts/train_induction.py` trained with these positions, and its stored record (chapter 9):
+    config, loss curve, metrics, training seconds, and the machine and training settings of the run.
 
     The weights are a plain state_dict read with `torch.load(weights_only=True)`: no pickled code runs.
     """
@@ -219,7 +220,7 @@ def load_trained(positions: str) -> tuple[AttentionOnly, dict]:
     stored = json.loads(data.joinpath("induction.json").read_text())
     if positions not in stored["variants"]:
         raise ValueError(f"no trained model with positions={positions!r}; stored: {sorted(stored['variants'])}")
-    record = stored["variants"][positions]
+    record = {**stored["variants"][positions], "machine": stored["machine"], "train": stored["train"]}
     model = AttentionOnly(InductionConfig(**record["config"]))
     with data.joinpath(record["weights"]).open("rb") as file:
         model.load_state_dict(torch.load(file, weights_only=True))
