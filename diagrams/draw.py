@@ -11,6 +11,7 @@ Writes one SVG per diagram into chapters/figures/:
     kv_cache_decode_step.svg         (chapter 7)  one decode step: what is computed, what is read from the cache
     tile_schedule.svg                (chapter 8)  which tiles tiled attention computes fully, masks or skips
     rope_rotation.svg                (chapter 9)  RoPE turns a q/k feature pair by its position; the angle sees m − n
+    induction_circuit.svg            (chapter 9)  a previous-token head and an induction head copy the token after A
 
 Run from the repository root:
 
@@ -789,9 +790,45 @@ def rope_rotation(png_dir=None):
     save(fig, "rope_rotation", png_dir)
 
 
+def _curved(ax, start, end, color, rad):
+    """A curved arrow from `start` to `end` (rad > 0 bends it to the left of its direction)."""
+    ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>,head_length=7,head_width=4", mutation_scale=1,
+                                 color=color, linewidth=1.8, shrinkA=2, shrinkB=2,
+                                 connectionstyle=f"arc3,rad={rad}"))
+
+
+def induction_circuit(png_dir=None):
+    """Chapter 9: a previous-token head in layer 1 and an induction head in layer 2 copy the token after A."""
+    fig, ax = new_figure(11.0, 4.6)
+    tokens = ["k", "A", "B", "x", "y", "z", "A"]
+    w, gap, y = 0.62, 0.5, 2.35
+    xs = [1.7 + i * (w + gap) for i in range(len(tokens))]
+    for i, (x, token) in enumerate(zip(xs, tokens, strict=True)):
+        style = "query" if i == 6 else ("key_strong" if i == 2 else ("key_pale" if i == 1 else "tensor"))
+        box(ax, x, y, w, 0.5, token, style=style)
+        text(ax, x, y - 0.45, str(i), size=SMALL, color=MUTED)
+    text(ax, xs[0] - 0.55, y, "tokens", size=SMALL, color=MUTED, ha="right")
+    text(ax, xs[0] - 0.55, y - 0.45, "position", size=SMALL, color=MUTED, ha="right")
+    blue, orange = "#08519c", "#a63603"
+    _curved(ax, (xs[2], y + 0.27), (xs[1], y + 0.27), orange, 0.8)  # layer 1: position 2 looks one back
+    text(ax, xs[1] + 0.1, y + 1.05, "layer 1, previous-token head: position 2 attends to position 1", size=SMALL,
+         color=orange, ha="left")
+    text(ax, xs[1] + 0.1, y + 0.78, "and writes \"my previous token is A\" into position 2", size=SMALL,
+         color=orange, ha="left")
+    _curved(ax, (xs[6], y - 0.62), (xs[2], y - 0.62), blue, -0.25)  # layer 2: the second A finds position 2
+    text(ax, (xs[2] + xs[6]) / 2, y - 1.45, "layer 2, induction head: the query A at position 6 matches the key "
+         "that says \"previous token is A\"", size=SMALL, color=blue)
+    text(ax, (xs[2] + xs[6]) / 2, y - 1.72, "(position 2) and copies its token, B, into the prediction",
+         size=SMALL, color=blue)
+    arrow(ax, (xs[6] + w / 2 + 0.05, y), (xs[6] + w / 2 + 0.75, y))
+    box(ax, xs[6] + w / 2 + 1.25, y, 0.95, 0.5, "next: B", style="query_strong")
+    text(ax, 5.5, 4.25, "The induction circuit: after \"A B … A\", predict B", size=FONT, weight="bold")
+    save(fig, "induction_circuit", png_dir)
+
+
 DIAGRAMS = (embedding_lookup, scaled_dot_product_attention, multihead_split_merge, cross_attention,
             causal_mask_alignments, keras_decoder_flow, kv_cache_decode_step, tile_schedule,
-            rope_rotation)
+            rope_rotation, induction_circuit)
 
 
 def main():
