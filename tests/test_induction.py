@@ -60,8 +60,10 @@ def test_a_training_step_is_deterministic_for_a_seed(positions):
     assert curve1 == curve2
     for name, tensor in first.state_dict().items():
         assert torch.equal(tensor, second.state_dict()[name]), name
-    fresh = AttentionOnly(config)  # and the two steps did change the weights
-    assert not torch.equal(fresh.embedding.weight, first.embedding.weight)
+    torch.manual_seed(0)
+    initial = AttentionOnly(config)  # the seed's initial weights, as train draws them
+    assert torch.equal(initial.unembed.weight, train(config, TrainConfig(steps=0))[0].unembed.weight)
+    assert not torch.equal(initial.unembed.weight, first.unembed.weight)  # and the two steps changed them
     other, _ = train(config, TrainConfig(steps=2, log_every=1, seed=1))
     assert not torch.equal(other.embedding.weight, first.embedding.weight)
 
