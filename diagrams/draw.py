@@ -1,4 +1,4 @@
-"""Explanatory diagrams for chapters 1-8 of "Attention from scratch", drawn with matplotlib.
+"""Explanatory diagrams for chapters 1-9 of "Attention from scratch", drawn with matplotlib.
 
 Writes one SVG per diagram into chapters/figures/:
 
@@ -10,6 +10,8 @@ Writes one SVG per diagram into chapters/figures/:
     keras_decoder_flow.svg           (chapter 6)  the Keras decoder's data flow, with the saved weights' h5 names
     kv_cache_decode_step.svg         (chapter 7)  one decode step: what is computed, what is read from the cache
     tile_schedule.svg                (chapter 8)  which tiles tiled attention computes fully, masks or skips
+    rope_rotation.svg                (chapter 9)  RoPE turns a q/k feature pair by its position; the angle sees m − n
+    induction_circuit.svg            (chapter 9)  a previous-token head and an induction head copy the token after A
 
 Run from the repository root:
 
@@ -863,9 +865,95 @@ def tile_schedule(png_dir=None):
     save(fig, "tile_schedule", png_dir)
 
 
+# ----------------------------------------------------------------------------------------------------
+# Chapter 9
+
+
+def _vector(ax, origin, angle_deg, length, color, label, label_at=1.18, dashed=False):
+    """An arrow from `origin` at `angle_deg`, `length` inches long, with `label` just past its tip."""
+    import math
+
+    a = math.radians(angle_deg)
+    tip = (origin[0] + length * math.cos(a), origin[1] + length * math.sin(a))
+    ax.add_patch(FancyArrowPatch(origin, tip, arrowstyle="-|>,head_length=7,head_width=4", mutation_scale=1,
+                                 color=color, linewidth=1.0 if dashed else 2.0, shrinkA=0, shrinkB=0,
+                                 linestyle=(0, (3, 2)) if dashed else "solid", alpha=0.6 if dashed else 1.0))
+    text(ax, origin[0] + label_at * length * math.cos(a), origin[1] + label_at * length * math.sin(a), label,
+         size=SMALL, color=color)
+
+
+def _rope_panel(ax, cx, cy, m, n, theta, q0, k0, title):
+    """One feature pair's plane: q at position m turned by m·θ, k at position n turned by n·θ."""
+    from matplotlib.patches import Arc
+
+    r = 1.25
+    ax.plot([cx - 1.55, cx + 1.55], [cy, cy], color="#bdbdbd", linewidth=0.8)
+    ax.plot([cx, cx], [cy - 1.55, cy + 1.55], color="#bdbdbd", linewidth=0.8)
+    q_blue, k_orange = "#08519c", "#a63603"
+    _vector(ax, (cx, cy), q0, r, q_blue, "q", dashed=True)
+    _vector(ax, (cx, cy), k0, r * 0.8, k_orange, "k", dashed=True)
+    qa, ka = q0 + m * theta, k0 + n * theta
+    _vector(ax, (cx, cy), qa, r, q_blue, f"q turned by {m}θ")
+    _vector(ax, (cx, cy), ka, r * 0.8, k_orange, f"k turned by {n}θ", label_at=1.35)
+    ax.add_patch(Arc((cx, cy), 1.0, 1.0, theta1=min(qa, ka), theta2=max(qa, ka), color=DIAGONAL, linewidth=1.6))
+    text(ax, cx, cy - 1.9, title, size=FONT, weight="bold")
+    text(ax, cx, cy - 2.2, f"angle between them: ({m} − {n})θ + (angle at position 0)", size=SMALL, color=DIAGONAL)
+
+
+def rope_rotation(png_dir=None):
+    """Chapter 9: RoPE turns one feature pair of q by m·θ and of k by n·θ; q·k sees only m − n."""
+    fig, ax = new_figure(9.6, 5.6)
+    theta, q0, k0 = 22.0, 20.0, -40.0
+    text(ax, 4.8, 5.3, "RoPE in the plane of one feature pair (2i, 2i + 1): q at position m, k at position n",
+         size=FONT, weight="bold")
+    text(ax, 4.8, 4.98, "dashed: q and k before the rotation (position 0); solid: turned by position × θ",
+         size=SMALL, color=MUTED)
+    _rope_panel(ax, 2.4, 2.9, 3, 1, theta, q0, k0, "(a) m = 3, n = 1")
+    _rope_panel(ax, 7.2, 2.9, 6, 4, theta, q0, k0, "(b) m = 6, n = 4")
+    text(ax, 4.8, 0.25, "both vectors keep their length; q · k = |q| |k| cos(angle) is the same in (a) and (b): "
+         "it depends on m − n only", size=SMALL)
+    save(fig, "rope_rotation", png_dir)
+
+
+def _curved(ax, start, end, color, rad):
+    """A curved arrow from `start` to `end` (rad > 0 bends it to the left of its direction)."""
+    ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>,head_length=7,head_width=4", mutation_scale=1,
+                                 color=color, linewidth=1.8, shrinkA=2, shrinkB=2,
+                                 connectionstyle=f"arc3,rad={rad}"))
+
+
+def induction_circuit(png_dir=None):
+    """Chapter 9: a previous-token head in layer 1 and an induction head in layer 2 copy the token after A."""
+    fig, ax = new_figure(11.0, 4.6)
+    tokens = ["k", "A", "B", "x", "y", "z", "A"]
+    w, gap, y = 0.62, 0.5, 2.35
+    xs = [1.7 + i * (w + gap) for i in range(len(tokens))]
+    for i, (x, token) in enumerate(zip(xs, tokens, strict=True)):
+        style = "query" if i == 6 else ("key_strong" if i == 2 else ("key_pale" if i == 1 else "tensor"))
+        box(ax, x, y, w, 0.5, token, style=style)
+        text(ax, x, y - 0.45, str(i), size=SMALL, color=MUTED)
+    text(ax, xs[0] - 0.55, y, "tokens", size=SMALL, color=MUTED, ha="right")
+    text(ax, xs[0] - 0.55, y - 0.45, "position", size=SMALL, color=MUTED, ha="right")
+    blue, orange = "#08519c", "#a63603"
+    _curved(ax, (xs[2], y + 0.27), (xs[1], y + 0.27), orange, 0.8)  # layer 1: position 2 looks one back
+    text(ax, xs[1] + 0.1, y + 1.05, "layer 1, previous-token head: position 2 attends to position 1", size=SMALL,
+         color=orange, ha="left")
+    text(ax, xs[1] + 0.1, y + 0.78, "and writes \"my previous token is A\" into position 2", size=SMALL,
+         color=orange, ha="left")
+    _curved(ax, (xs[6], y - 0.62), (xs[2], y - 0.62), blue, -0.25)  # layer 2: the second A finds position 2
+    text(ax, (xs[2] + xs[6]) / 2, y - 1.45, "layer 2, induction head: the query A at position 6 matches the key "
+         "that says \"previous token is A\"", size=SMALL, color=blue)
+    text(ax, (xs[2] + xs[6]) / 2, y - 1.72, "(position 2) and copies its token, B, into the prediction",
+         size=SMALL, color=blue)
+    arrow(ax, (xs[6] + w / 2 + 0.05, y), (xs[6] + w / 2 + 0.75, y))
+    box(ax, xs[6] + w / 2 + 1.25, y, 0.95, 0.5, "next: B", style="query_strong")
+    text(ax, 5.5, 4.25, "The induction circuit: after \"A B … A\", predict B", size=FONT, weight="bold")
+    save(fig, "induction_circuit", png_dir)
+
+
 DIAGRAMS = (embedding_lookup, scaled_dot_product_attention, multihead_split_merge, cross_attention,
             causal_mask_alignments, keras_decoder_flow, kv_cache_decode_step, grouped_query_heads, ring_buffer,
-            block_table, tile_schedule)
+            block_table, tile_schedule, rope_rotation, induction_circuit)
 
 
 def main():

@@ -117,6 +117,13 @@ WRONG = {
     "ch8.running_max_and_sum": (lambda x, block: (float(x.max()), sum(float(torch.exp(x[i:i + block] - x[i:i + block].max()).sum())
                                                                       for i in range(0, len(x), block))),
                                 r"the running sum ends at .* multiply the sum so far by exp\(m − m'\)"),
+    "ch9.rope": (lambda x: x.flip(-1), r"position 0 should not be turned"),
+    "ch9.previous_token_score": (lambda w: w.diagonal(offset=-1, dim1=-2, dim2=-1).sum(-1) / w.shape[-1],
+                                 r"you divide by all \d+ queries; query 0 has no previous position"),
+    "ch9.sinusoidal": (lambda length, width: torch.stack(
+        (torch.cos(torch.arange(length)[:, None] / 10000 ** (torch.arange(0, width, 2) / width)),
+         torch.sin(torch.arange(length)[:, None] / 10000 ** (torch.arange(0, width, 2) / width))), -1
+    ).reshape(length, width), r"sin and cos are swapped"),
 }
 
 

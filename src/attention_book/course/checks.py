@@ -18,6 +18,7 @@ import torch
 from ..attention import scaled_dot_product_attention
 from ..causal import causal_mask
 from ..kv_cache import RingKVCache, kv_cache_bytes
+from ..positions import apply_rope, sinusoidal_encoding
 from ..tokens import build_vocab, encode, words
 
 CASES = 20  # random inputs per check
@@ -633,6 +634,67 @@ def check_tiled_attention(tiled_attention_by_hand, seed: int = 0) -> str | None:
     return None
 
 
+# Chapter 9
+
+
+def check_rope(rope_by_hand, seed: int = 0) -> str | None:
+    """Chapter 9: x (T, d) of positions 0 … T − 1 -> pairs (2i, 2i+1) turned by m·10000^(−2i/d)."""
+    for case in range(CASES):
+        gen = _generator(seed, case)
+        T, half = _sizes(gen, 2, 9)
+        x = torch.randn(T + 1, 2 * half, generator=gen, dtype=torch.float64)  # (T, d)
+        got, expected = rope_by_hand(x), apply_rope(x)
+        if problem := _shape_problem(got, expected.shape, "the rotated x"):
+            return problem
+        if torch.allclose(got, x, atol=1e-6) and T > 0:
+            return "your function returns x unchanged: position m must turn each pair by the angle m·θ_i"
+        if not torch.allclose(got[0], x[0], atol=1e-6):
+            return "position 0 should not be turned at all (its angle is 0·θ_i = 0)"
+        bad = (got - expected).abs().amax(dim=0).argmax()
+        if not torch.allclose(got, expected, atol=1e-6):
+            return (f"feature {int(bad)} is wrong for d = {x.shape[1]}: pair i is features (2i, 2i+1), turned by "
+                    f"θ_i = 10000^(−2i/d) per position: (a, b) -> (a cos − b sin, a sin + b cos)")
+    return None
+
+
+def check_previous_token_score(score_by_hand, seed: int = 0) -> str | None:
+    """Chapter 9: weights (H, T, T) -> (H,), the mean weight of queries 1 … T − 1 on the position before them."""
+    for case in range(CASES):
+        gen = _generator(seed, case)
+        H, T = _sizes(gen, 2, 7)
+        weights = torch.rand(H, T + 1, T + 1, generator=gen, dtype=torch.float64).tril()  # (H, T, T)
+        weights = weights / weights.sum(-1, keepdim=True)
+        got = score_by_hand(weights)
+        expected = weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1)  # (H,)
+        if problem := _shape_problem(got, expected.shape, "the scores"):
+            return problem
+        if torch.allclose(got, weights.diagonal(offset=-1, dim1=-2, dim2=-1).sum(-1) / (T + 1), atol=1e-9):
+            return f"you divide by all {T + 1} queries; query 0 has no previous position: average over the {T} others"
+        if torch.allclose(got, weights.diagonal(dim1=-2, dim2=-1).mean(-1), atol=1e-9):
+            return "you average the diagonal (each query on itself); the previous position is one to the left"
+        if not torch.allclose(got, expected, atol=1e-9):
+            return (f"for {H} heads and T = {T + 1} your scores are {[round(v, 3) for v in got.tolist()]}, expected "
+                    f"{[round(v, 3) for v in expected.tolist()]}: weights[h, t, t − 1] averaged over t = 1 … T − 1")
+    return None
+
+
+def check_sinusoidal(encoding_by_hand, seed: int = 0) -> str | None:
+    """Chapter 9: (length, width) -> PE with PE[p, 2i] = sin(p·ω_i), PE[p, 2i+1] = cos(p·ω_i)."""
+    for case in range(CASES):
+        gen = _generator(seed, case)
+        length, half = _sizes(gen, 2, 12)
+        got, expected = encoding_by_hand(length, 2 * half), sinusoidal_encoding(length, 2 * half)
+        if problem := _shape_problem(got, expected.shape, f"PE for length {length}, width {2 * half}"):
+            return problem
+        got = torch.as_tensor(got, dtype=torch.float32)
+        if length > 1 and torch.allclose(got[:, 0::2], expected[:, 1::2], atol=1e-5):
+            return "sin and cos are swapped: even features 2i hold sin(p·ω_i), odd features 2i+1 hold cos(p·ω_i)"
+        if not torch.allclose(got, expected, atol=1e-5):
+            return (f"for width {2 * half}, PE differs from sin/cos(p·ω_i) with ω_i = 10000^(−2i/width); "
+                    f"check the exponent uses 2i, the index of the pair's first feature")
+    return None
+
+
 CHECKS: dict[str, Check] = {
     "ch1.vocab": Check(check_vocab, "build_vocab_by_hand"),
     "ch1.encode": Check(check_encode, "encode_by_hand"),
@@ -658,4 +720,7 @@ CHECKS: dict[str, Check] = {
     "ch8.running_max_and_sum": Check(check_running_max_and_sum, "running_max_and_sum"),
     "ch8.merge_partials": Check(check_merge_partials, "merge_partials"),
     "ch8.tiled_attention": Check(check_tiled_attention, "tiled_attention_by_hand"),
+    "ch9.rope": Check(check_rope, "rope"),
+    "ch9.previous_token_score": Check(check_previous_token_score, "previous_token_score_by_hand"),
+    "ch9.sinusoidal": Check(check_sinusoidal, "sinusoidal"),
 }
