@@ -10,6 +10,7 @@ import torch
 
 from attention_book import grader
 from attention_book.course import checks, notebooks as assignments
+from attention_book.positions import apply_rope, sinusoidal_shift
 from conftest import NOTEBOOKS
 
 
@@ -117,13 +118,12 @@ WRONG = {
     "ch8.running_max_and_sum": (lambda x, block: (float(x.max()), sum(float(torch.exp(x[i:i + block] - x[i:i + block].max()).sum())
                                                                       for i in range(0, len(x), block))),
                                 r"the running sum ends at .* multiply the sum so far by exp\(m − m'\)"),
-    "ch9.rope": (lambda x: x.flip(-1), r"position 0 should not be turned"),
-    "ch9.previous_token_score": (lambda w: w.diagonal(offset=-1, dim1=-2, dim2=-1).sum(-1) / w.shape[-1],
-                                 r"you divide by all \d+ queries; query 0 has no previous position"),
-    "ch9.sinusoidal": (lambda length, width: torch.stack(
-        (torch.cos(torch.arange(length)[:, None] / 10000 ** (torch.arange(0, width, 2) / width)),
-         torch.sin(torch.arange(length)[:, None] / 10000 ** (torch.arange(0, width, 2) / width))), -1
-    ).reshape(length, width), r"sin and cos are swapped"),
+    "ch9.rope_half": (lambda x: apply_rope(x), r"that is RoPE on adjacent pairs \(2i, 2i \+ 1\), this book's layout"),
+    "ch9.previous_token_score": (lambda q, k: torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1)
+                                 .diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1),
+                                 r"the weights need the causal mask"),
+    "ch9.sinusoidal_shift": (lambda offset, width: sinusoidal_shift(offset, width).T,
+                             r"your M moves back by \d+ positions, not forward"),
 }
 
 
@@ -194,8 +194,12 @@ def test_student_notebooks_keep_everything_but_solutions(students):
         assert all(source in text for source in kept), f"{path.name}: a cell other than a solution was changed"
 
 
-def test_stub_keeps_signature_and_docstring():
+def test_stub_keeps_imports_signature_and_docstring():
+    """The imports stay: grading runs the solution cell alone, so a student who fills in the stub needs them."""
     solution = '# Hint: think.\nimport torch\n\n\ndef f(a, b=2):\n    """Doc."""\n    return a + b\n'
-    assert assignments.stub(solution) == 'def f(a, b=2):\n    """Doc."""\n    raise NotImplementedError(\'think.\')'
+    assert assignments.stub(solution) == \
+        'import torch\n\n\ndef f(a, b=2):\n    """Doc."""\n    raise NotImplementedError(\'think.\')'
+    assert assignments.stub(solution.replace("import torch\n", "")) == \
+        'def f(a, b=2):\n    """Doc."""\n    raise NotImplementedError(\'think.\')'
     with pytest.raises(ValueError, match="must start with a '# Hint: ...' line"):
         assignments.stub("def f():\n    return 1\n")

@@ -12,6 +12,7 @@ import os
 import re
 import socket
 import sys
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -203,3 +204,24 @@ def test_isolation_is_described():
         assert "no network" in line and "own PIDs" in line
     else:
         assert "NOT isolated" in line
+
+
+@pytest.mark.skipif(sandbox.isolation() is not None, reason="needs user namespaces (Linux)")
+def test_a_submission_can_write_only_its_scratch_folder(tmp_path):
+    """The grader's own code, the teacher's files and other folders are read-only to the child; its scratch
+    folder is not. (Without this, one submission could rewrite the grader for everyone graded after it.)"""
+    victim = tmp_path / "teachers_file.txt"
+    victim.write_text("untouched")
+    grader_code = Path(sandbox.__file__)
+    source = (
+        "import os\n\n\ndef attempt(paths):\n    results = []\n    for path in paths:\n        try:\n"
+        "            with open(path, 'a') as file:\n                file.write('tampered')\n"
+        "            results.append('written')\n        except OSError as error:\n"
+        "            results.append(type(error).__name__ + ' ' + str(error.errno))\n    return results\n")
+    with sandbox.Sandbox(timeout=20) as child:
+        child.define(source, "attempt")
+        results = child.call([str(victim), str(grader_code), "own_file.txt"])
+    assert results[:2] == ["OSError 30", "OSError 30"], results  # EROFS: read-only file system
+    assert results[2] == "written"
+    assert victim.read_text() == "untouched" and "tampered" not in grader_code.read_text()
+

@@ -117,3 +117,14 @@ def test_bad_input_names_the_shapes():
         sinusoidal_encoding(4, 5)
     with pytest.raises(ValueError, match=r"got width=0"):
         pair_frequencies(0)
+
+
+def test_the_rotate_half_pairing_is_rope_on_reordered_features():
+    """The reference of chapter 9's graded exercise (Hugging Face's pairing, i with i + d/2) is this book's RoPE
+    applied to the features reordered into adjacent pairs."""
+    from attention_book.course.checks import rope_half_reference
+
+    x = torch.randn(7, 12, generator=torch.Generator().manual_seed(5), dtype=torch.float64)  # (T, d)
+    interleaved = torch.arange(12).reshape(2, 6).T.flatten()  # 0, 6, 1, 7, …
+    torch.testing.assert_close(rope_half_reference(x), apply_rope(x[:, interleaved])[:, interleaved.argsort()])
+    torch.testing.assert_close(rope_half_reference(rope_half_reference(x), direction=-1), x)  # turned back

@@ -44,8 +44,9 @@ def main(argv=None) -> None:
         sys.exit(f"{args.submissions} is not a folder of notebooks")
     if args.timeout <= 0:
         sys.exit(f"--timeout must be positive, got {args.timeout}")
-    chapters = Path(__file__).resolve().parents[2] / "chapters"  # a source checkout's chapters hold the solutions
-    hidden = [p.resolve() for p in args.hide] + ([chapters] if chapters.is_dir() else [])
+    checkout = Path(__file__).resolve().parents[2]  # a source checkout: its chapters, history and build hold solutions
+    hidden = [p.resolve() for p in args.hide] + [folder for folder in (checkout / "chapters", checkout / ".git",
+                                                                       checkout / "_build") if folder.is_dir()]
     grade_folder(args.submissions, args.out, timeout=args.timeout, hidden=tuple(hidden), memory_mb=args.memory)
 
 

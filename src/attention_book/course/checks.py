@@ -18,7 +18,7 @@ import torch
 from ..attention import scaled_dot_product_attention
 from ..causal import causal_mask
 from ..kv_cache import RingKVCache, kv_cache_bytes
-from ..positions import apply_rope, sinusoidal_encoding
+from ..positions import apply_rope, rope_angles, sinusoidal_encoding, sinusoidal_shift
 from ..tokens import build_vocab, encode, words
 
 CASES = 20  # random inputs per check
@@ -637,61 +637,97 @@ def check_tiled_attention(tiled_attention_by_hand, seed: int = 0) -> str | None:
 # Chapter 9
 
 
-def check_rope(rope_by_hand, seed: int = 0) -> str | None:
-    """Chapter 9: x (T, d) of positions 0 … T − 1 -> pairs (2i, 2i+1) turned by m·10000^(−2i/d)."""
+def rope_half_reference(x: torch.Tensor, direction: int = 1) -> torch.Tensor:
+    """RoPE with Hugging Face's pairing: feature i with feature i + d/2, turned by direction · m·θ_i."""
+    d = x.shape[-1]
+    angles = direction * rope_angles(x.shape[-2], d)  # (T, d/2)
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    a, b = x[..., :d // 2], x[..., d // 2:]  # (..., T, d/2) each
+    return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)  # (..., T, d)
+
+
+def check_rope_half(rope_half, seed: int = 0) -> str | None:
+    """Chapter 9: x (T, d) of positions 0 … T − 1, feature i paired with i + d/2, turned by m·10000^(−2i/d)."""
     for case in range(CASES):
         gen = _generator(seed, case)
         T, half = _sizes(gen, 2, 9)
         x = torch.randn(T + 1, 2 * half, generator=gen, dtype=torch.float64)  # (T, d)
-        got, expected = rope_by_hand(x), apply_rope(x)
+        got, expected = rope_half(x.clone()), rope_half_reference(x)
         if problem := _shape_problem(got, expected.shape, "the rotated x"):
             return problem
-        if torch.allclose(got, x, atol=1e-6) and T > 0:
+        got = torch.as_tensor(got, dtype=torch.float64)
+        if torch.allclose(got, expected, atol=1e-6):
+            continue
+        if torch.allclose(got, x, atol=1e-6):
             return "your function returns x unchanged: position m must turn each pair by the angle m·θ_i"
+        if half > 1 and torch.allclose(got, apply_rope(x), atol=1e-6):
+            return ("that is RoPE on adjacent pairs (2i, 2i + 1), this book's layout; here feature i pairs with "
+                    "feature i + d/2: rotate x[:, :d/2] against x[:, d/2:]")
         if not torch.allclose(got[0], x[0], atol=1e-6):
             return "position 0 should not be turned at all (its angle is 0·θ_i = 0)"
-        bad = (got - expected).abs().amax(dim=0).argmax()
-        if not torch.allclose(got, expected, atol=1e-6):
-            return (f"feature {int(bad)} is wrong for d = {x.shape[1]}: pair i is features (2i, 2i+1), turned by "
-                    f"θ_i = 10000^(−2i/d) per position: (a, b) -> (a cos − b sin, a sin + b cos)")
+        if torch.allclose(got, rope_half_reference(x, direction=-1), atol=1e-6):
+            return "each pair turns the wrong way: (a, b) -> (a cos − b sin, a sin + b cos) for the angle m·θ_i"
+        feature = int((got - expected).abs().amax(dim=0).argmax())
+        return (f"for d = {x.shape[1]} feature {feature} is wrong: pair i is features (i, i + d/2), turned by "
+                f"θ_i = 10000^(−2i/d) per position")
     return None
 
 
 def check_previous_token_score(score_by_hand, seed: int = 0) -> str | None:
-    """Chapter 9: weights (H, T, T) -> (H,), the mean weight of queries 1 … T − 1 on the position before them."""
+    """Chapter 9: q, k (H, T, d) -> (H,): causal softmax(q kᵀ / √d), then the mean weight of queries
+    1 … T − 1 on the position just before them."""
     for case in range(CASES):
         gen = _generator(seed, case)
-        H, T = _sizes(gen, 2, 7)
-        weights = torch.rand(H, T + 1, T + 1, generator=gen, dtype=torch.float64).tril()  # (H, T, T)
-        weights = weights / weights.sum(-1, keepdim=True)
-        got = score_by_hand(weights)
-        expected = weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1)  # (H,)
+        H, T, d = _sizes(gen, 3, 7)
+        q, k = (torch.randn(H, T + 1, d, generator=gen, dtype=torch.float64) * 2 for _ in range(2))
+        got = score_by_hand(q.clone(), k.clone())
+        scores = q @ k.transpose(-2, -1)  # (H, T, T)
+        mask = causal_mask(T + 1)
+
+        def score(s, m=mask):
+            weights = torch.softmax(s.masked_fill(~m, float("-inf")), dim=-1)  # (H, T, T)
+            return weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1)  # (H,)
+
+        expected = score(scores / math.sqrt(d))
         if problem := _shape_problem(got, expected.shape, "the scores"):
             return problem
+        got = torch.as_tensor(got, dtype=torch.float64)
+        if torch.allclose(got, expected, atol=1e-9):
+            continue
+        if torch.allclose(got, score(scores / math.sqrt(d), torch.ones_like(mask)), atol=1e-9):
+            return "the weights need the causal mask: a query may not look at later positions"
+        if d > 1 and torch.allclose(got, score(scores), atol=1e-9):
+            return "the scores are not scaled: divide q · k by sqrt(d) before the softmax"
+        weights = torch.softmax((scores / math.sqrt(d)).masked_fill(~mask, float("-inf")), dim=-1)
         if torch.allclose(got, weights.diagonal(offset=-1, dim1=-2, dim2=-1).sum(-1) / (T + 1), atol=1e-9):
             return f"you divide by all {T + 1} queries; query 0 has no previous position: average over the {T} others"
-        if torch.allclose(got, weights.diagonal(dim1=-2, dim2=-1).mean(-1), atol=1e-9):
-            return "you average the diagonal (each query on itself); the previous position is one to the left"
-        if not torch.allclose(got, expected, atol=1e-9):
-            return (f"for {H} heads and T = {T + 1} your scores are {[round(v, 3) for v in got.tolist()]}, expected "
-                    f"{[round(v, 3) for v in expected.tolist()]}: weights[h, t, t − 1] averaged over t = 1 … T − 1")
+        if torch.allclose(got, weights.diagonal(dim1=-2, dim2=-1)[:, 1:].mean(-1), atol=1e-9):
+            return "you average each query's weight on itself; the previous position is one to the left"
+        return (f"for {H} heads and T = {T + 1} your scores are {[round(v, 3) for v in got.tolist()]}, expected "
+                f"{[round(v, 3) for v in expected.tolist()]}")
     return None
 
 
-def check_sinusoidal(encoding_by_hand, seed: int = 0) -> str | None:
-    """Chapter 9: (length, width) -> PE with PE[p, 2i] = sin(p·ω_i), PE[p, 2i+1] = cos(p·ω_i)."""
+def check_sinusoidal_shift(shift_by_hand, seed: int = 0) -> str | None:
+    """Chapter 9: (offset, width) -> M (width, width) with PE[p + offset] = M @ PE[p], one rotation per pair."""
     for case in range(CASES):
         gen = _generator(seed, case)
-        length, half = _sizes(gen, 2, 12)
-        got, expected = encoding_by_hand(length, 2 * half), sinusoidal_encoding(length, 2 * half)
-        if problem := _shape_problem(got, expected.shape, f"PE for length {length}, width {2 * half}"):
+        offset, half = _sizes(gen, 2, 12)
+        width = 2 * half
+        got, expected = shift_by_hand(offset, width), sinusoidal_shift(offset, width)
+        if problem := _shape_problem(got, expected.shape, f"M for offset {offset}, width {width}"):
             return problem
         got = torch.as_tensor(got, dtype=torch.float32)
-        if length > 1 and torch.allclose(got[:, 0::2], expected[:, 1::2], atol=1e-5):
-            return "sin and cos are swapped: even features 2i hold sin(p·ω_i), odd features 2i+1 hold cos(p·ω_i)"
-        if not torch.allclose(got, expected, atol=1e-5):
-            return (f"for width {2 * half}, PE differs from sin/cos(p·ω_i) with ω_i = 10000^(−2i/width); "
-                    f"check the exponent uses 2i, the index of the pair's first feature")
+        if torch.allclose(got, expected, atol=1e-5):
+            continue
+        if torch.allclose(got, expected.T, atol=1e-5):
+            return (f"your M moves back by {offset} positions, not forward: with PE[p] = (sin, cos) per pair, "
+                    "PE[p + k] = [[cos kω, sin kω], [−sin kω, cos kω]] @ PE[p]")
+        pe = sinusoidal_encoding(offset + 8, width)  # (T, width)
+        moved = pe[:8] @ got.T  # (8, width): M @ PE[p] for p = 0 … 7
+        pair = int((moved - pe[offset:offset + 8]).abs().amax(dim=0).argmax()) // 2
+        return (f"for offset {offset} and width {width}, M @ PE[p] differs from PE[p + {offset}] in pair {pair}: its "
+                f"block turns by offset · ω_{pair}, ω_i = 10000^(−2i/width), and M is zero off the 2×2 blocks")
     return None
 
 
@@ -720,7 +756,7 @@ CHECKS: dict[str, Check] = {
     "ch8.running_max_and_sum": Check(check_running_max_and_sum, "running_max_and_sum"),
     "ch8.merge_partials": Check(check_merge_partials, "merge_partials"),
     "ch8.tiled_attention": Check(check_tiled_attention, "tiled_attention_by_hand"),
-    "ch9.rope": Check(check_rope, "rope"),
+    "ch9.rope_half": Check(check_rope_half, "rope_half"),
     "ch9.previous_token_score": Check(check_previous_token_score, "previous_token_score_by_hand"),
-    "ch9.sinusoidal": Check(check_sinusoidal, "sinusoidal"),
+    "ch9.sinusoidal_shift": Check(check_sinusoidal_shift, "shift_by_hand"),
 }

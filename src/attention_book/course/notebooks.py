@@ -3,8 +3,8 @@
 
 In a chapter, a graded exercise's solution is a code cell between two markdown cells holding the
 sphinx-exercise gates `{solution-start} label` and `{solution-end}`; its first line is `# Hint: ...`.
-The student version keeps every other cell, turns each function of such a cell into its signature and
-docstring followed by `raise NotImplementedError(hint)`, drops prose solutions (`{solution}` cells) and
+The student version keeps every other cell, keeps the imports of such a cell (grading runs it alone) and
+turns each of its functions into its signature and docstring followed by `raise NotImplementedError(hint)`, drops prose solutions (`{solution}` cells) and
 all outputs.
 """
 
@@ -22,7 +22,7 @@ HINT = re.compile(r"^#\s*Hint:\s*(.+)$", re.M)
 
 
 def stub(source: str) -> str:
-    """Every top-level function of a solution cell, reduced to signature, docstring and the hint."""
+    """The imports of a solution cell, and each top-level function reduced to signature, docstring and the hint."""
     hint = HINT.search(source)
     if hint is None:
         raise ValueError(f"a solution cell must start with a '# Hint: ...' line:\n{source}")
@@ -31,7 +31,8 @@ def stub(source: str) -> str:
     functions = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
     if not functions:
         raise ValueError(f"a graded solution cell must define a function:\n{source}")
-    parts = []
+    imports = [node for node in tree.body if isinstance(node, ast.Import | ast.ImportFrom)]
+    parts = ["\n".join(lines[node.lineno - 1:node.end_lineno]) for node in imports]  # graded alone: keep them
     for function in functions:
         body = function.body
         has_docstring = isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
@@ -40,7 +41,8 @@ def stub(source: str) -> str:
         start = function.decorator_list[0].lineno if function.decorator_list else function.lineno
         indent = " " * body[0].col_offset
         parts.append("\n".join(lines[start - 1:keep_until] + [f"{indent}raise NotImplementedError({hint.group(1)!r})"]))
-    return "\n\n\n".join(parts)
+    return "\n\n\n".join(parts) if not imports else "\n".join(parts[:len(imports)]) + "\n\n\n" + \
+        "\n\n\n".join(parts[len(imports):])
 
 
 def student_notebook(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
@@ -51,8 +53,9 @@ def student_notebook(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
         source = cell.source
         if cell.cell_type == "markdown" and (start := SOLUTION_START.search(source)):
             label = start.group(1)
-            cells.append(nbformat.v4.new_markdown_cell(f"**Your solution** to exercise `{label}`: replace "
-                                                       "`raise NotImplementedError(...)` with your code."))
+            cells.append(nbformat.v4.new_markdown_cell(
+                f"**Your solution** to exercise `{label}`: replace `raise NotImplementedError(...)` with your code. "
+                "The cell is graded on its own, so keep in it every import and helper your function needs."))
             continue
         if cell.cell_type == "markdown" and SOLUTION_END in source:
             label = None

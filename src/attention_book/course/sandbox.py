@@ -3,14 +3,17 @@
 
 What is isolated, everywhere: the child is its own process group and session, works in a fresh scratch
 folder (also its HOME and TMPDIR), gets an environment with nothing of the grader's in it (PATH, locale
-and thread count only), a wall-clock limit for the whole notebook, and limits on memory (address space),
-CPU time and file size. Its answers are JSON values (never pickles) that the grader judges itself.
+and thread count only), a wall-clock limit for the whole notebook, and limits on memory (address space,
+per process), CPU time and file size. The number of processes it starts is not limited (RLIMIT_NPROC does
+not bind root, nor inside a user namespace), so a submission that forks can use MEMORY_MB per process:
+grade where a cgroup bounds the whole run (see the README). Its answers are JSON values (never pickles) that the grader judges itself.
 
 On Linux with unprivileged user namespaces (`unshare -r` works) the child also gets a new network
 namespace (no network at all), a PID namespace (it cannot see or signal the grader or other processes:
 `os.getppid()` is 0, `kill(-1)` reaches only itself), and a mount namespace in which the submissions, the
-grade tables and the chapters (the teacher's solutions) are hidden behind empty folders; it then drops
-every capability, so it cannot unmount them. Elsewhere (macOS, Windows' WSL1, containers that forbid
+grade tables and the chapters (the teacher's solutions) are hidden behind empty folders and every
+other file is read-only, but for the scratch folder; it then drops every capability, so it cannot
+unmount or remount anything. Elsewhere (macOS, Windows' WSL1, containers that forbid
 user namespaces) none of those four hold: the child can use the network, read what the teacher can
 read, and signal the teacher's other processes. Grade on Linux, or as a user of its own, there.
 """
@@ -39,16 +42,23 @@ class SandboxEnded(Exception):
     """The child stopped answering: it exited, was killed, ran out of time or broke the protocol."""
 
 
-def namespace_prefix(hidden: list[Path]) -> list[str]:
+def namespace_prefix(hidden: list[Path], writable: Path) -> list[str]:
     """The command that wraps the child in new user, network, PID and mount namespaces (Linux only).
 
-    The shell stays the namespace's PID 1 (which ignores signals it has no handler for), so the worker
-    is an ordinary process: it can kill itself, and killing everything it can reach ends only the sandbox.
+    In its mount namespace the `hidden` folders are covered by empty ones, every mount is made read-only,
+    and only `writable` (the scratch folder) is mounted again with writes allowed; then every capability
+    is dropped, so none of it can be undone. The shell stays the namespace's PID 1 (which ignores signals
+    it has no handler for), so the worker is an ordinary process: it can kill itself, and killing
+    everything it can reach ends only the sandbox.
     """
-    mounts = 'while [ "$1" != -- ]; do mount -t tmpfs -o size=1m,mode=000 none "$1" || exit 97; shift; done; shift; '
+    hide = ('while [ "$1" != -- ]; do mount -t tmpfs -o size=1m,mode=000 none "$1" 2>/dev/null || [ ! -e "$1" ] '
+            '|| exit 97; shift; done; shift; ')
+    read_only = ('W="$1"; shift; mount --bind "$W" "$W" || exit 96; '
+                 'for m in $(cut -d" " -f5 /proc/self/mountinfo); do '
+                 '[ "$m" = "$W" ] || mount -o remount,bind,ro "$m" 2>/dev/null; done; cd "$W" || exit 96; unset OLDPWD; ')
     return ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child", "--mount-proc",
-            "sh", "-c", mounts + 'setpriv --bounding-set=-all --inh-caps=-all --no-new-privs "$@"; exit $?', "sh",
-            *[str(p) for p in hidden], "--"]
+            "sh", "-c", hide + read_only + 'setpriv --bounding-set=-all --inh-caps=-all --no-new-privs "$@"; exit $?',
+            "sh", *[str(p) for p in hidden], "--", str(writable)]
 
 
 def isolation() -> str | None:
@@ -59,7 +69,8 @@ def isolation() -> str | None:
             why = f"{sys.platform} has no unshare/setpriv"
         else:
             with tempfile.TemporaryDirectory() as folder:
-                probe = subprocess.run([*namespace_prefix([Path(folder)]), "true"], capture_output=True, text=True)
+                probe = subprocess.run([*namespace_prefix([Path(folder)], Path(folder)), "true"], capture_output=True,
+                                       text=True)
             if probe.returncode != 0:
                 why = f"unshare failed: {probe.stderr.strip()[:200]}"
         _NAMESPACES["why"] = why
@@ -71,7 +82,7 @@ def describe_isolation() -> str:
     why = isolation()
     if why is None:
         return "sandbox: own process group, scratch folder, clean environment, time/memory limits, no network, own PIDs, " \
-               "submissions/grades/chapters hidden"
+               "submissions/grades/chapters hidden, every file read-only but the scratch folder"
     return f"sandbox: own process group, scratch folder, clean environment, time/memory limits only ({why}): the " \
            "network, the teacher's files and processes are NOT isolated"
 
@@ -100,11 +111,12 @@ class Sandbox:
         env = {"PATH": os.defpath, "HOME": self.scratch, "TMPDIR": self.scratch, "LANG": "C.UTF-8",
                "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
         # Without namespaces a shell still stands between the grader and the worker: os.getppid() is the shell.
-        prefix = namespace_prefix([p for p in hidden if p.is_dir()]) if isolation() is None else \
+        prefix = namespace_prefix([p for p in hidden if p.is_dir()], Path(self.scratch)) if isolation() is None else \
             ["sh", "-c", '"$@"; exit $?', "sh"]
         self.process = subprocess.Popen([*prefix, sys.executable, "-I", "-c", WORKER], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=self.scratch, env=env,
-                                        start_new_session=True, preexec_fn=_limits(timeout, memory_mb))
+                                        start_new_session=True,
+                                        preexec_fn=_limits(timeout, memory_mb))
         self.buffer = b""
         self.ended: str | None = None
         try:
