@@ -5,6 +5,8 @@ import copy
 import numpy as np
 import torch
 
+from .causal import validate_window
+
 
 def kv_cache_bytes(layers: int, kv_heads: int, head_dim: int, length: int, bytes_per_value: int,
                    batch: int = 1) -> int:
@@ -18,6 +20,29 @@ def _zeros_like(example, shape):
     if isinstance(example, torch.Tensor):
         return example.new_zeros(shape)
     return np.zeros(shape, dtype=example.dtype)
+
+
+def buffers_for(keys, values, stored_keys, stored_values, length: int):
+    """A cache's key and value buffers (..., length, d): allocated on the first append, shaped like the new
+    keys (..., n, d_k) and values (..., n, d_v) and of their kind (tensor or NumPy array), else the stored
+    ones, checked to fit them (chapter 7)."""
+    if keys.shape[:-1] != values.shape[:-1]:
+        raise ValueError(f"keys {tuple(keys.shape)} and values {tuple(values.shape)} must agree on every axis "
+                         "but the last")
+    if stored_keys is None:
+        lead = tuple(keys.shape[:-2])
+        return _zeros_like(keys, (*lead, length, keys.shape[-1])), _zeros_like(values, (*lead, length, values.shape[-1]))
+    validate_fits(keys, stored_keys, "keys")
+    validate_fits(values, stored_values, "values")
+    return stored_keys, stored_values
+
+
+def validate_fits(new, stored, name: str) -> None:
+    """Only the length axis (-2) of new keys or values may differ from the cache's buffer."""
+    if new.shape[:-2] != stored.shape[:-2] or new.shape[-1] != stored.shape[-1]:
+        stored_shape = (*stored.shape[:-2], "S", stored.shape[-1])
+        raise ValueError(f"new {name} of shape {tuple(new.shape)} do not fit a cache of {name} shaped "
+                         f"{stored_shape}: only the length axis (-2) may differ")
 
 
 class KVCache:
@@ -51,17 +76,8 @@ class KVCache:
 
         Returns the keys (..., S, d_k) and values (..., S, d_v) of all S positions stored so far.
         """
-        if keys.shape[:-1] != values.shape[:-1]:
-            raise ValueError(f"keys {tuple(keys.shape)} and values {tuple(values.shape)} must agree on every axis "
-                             "but the last")
+        self.keys, self.values = buffers_for(keys, values, self.keys, self.values, self.max_length)
         n = keys.shape[-2]
-        if self.keys is None:
-            lead = tuple(keys.shape[:-2])
-            self.keys = _zeros_like(keys, (*lead, self.max_length, keys.shape[-1]))
-            self.values = _zeros_like(values, (*lead, self.max_length, values.shape[-1]))
-        else:
-            self._validate_fits(keys, self.keys, "keys")
-            self._validate_fits(values, self.values, "values")
         if self.length + n > self.max_length:
             raise ValueError(f"KV cache overflow: {self.length} positions stored + {n} new > max_length="
                              f"{self.max_length}")
@@ -69,13 +85,6 @@ class KVCache:
         self.values[..., self.length:self.length + n, :] = values
         self.length += n
         return self.keys[..., :self.length, :], self.values[..., :self.length, :]  # (..., S, d)
-
-    @staticmethod
-    def _validate_fits(new, stored, name: str) -> None:
-        if new.shape[:-2] != stored.shape[:-2] or new.shape[-1] != stored.shape[-1]:
-            stored_shape = (*stored.shape[:-2], "S", stored.shape[-1])
-            raise ValueError(f"new {name} of shape {tuple(new.shape)} do not fit a cache of {name} shaped "
-                             f"{stored_shape}: only the length axis (-2) may differ")
 
     def nbytes(self) -> int:
         """Bytes held by the two buffers (the whole `max_length`, allocated up front)."""
@@ -94,8 +103,7 @@ class RingKVCache:
     """
 
     def __init__(self, window: int):
-        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise ValueError(f"window must be a positive integer, got {window!r}")
+        validate_window(window)
         self.window = window
         self.reset()
 
@@ -128,19 +136,10 @@ class RingKVCache:
     def append(self, keys: torch.Tensor, values: torch.Tensor):
         """Store the keys (..., n, d_k) and values (..., n, d_v) of n new positions; return the keys and
         values (..., S, d) at the positions `positions(n)` names."""
-        if keys.shape[:-1] != values.shape[:-1]:
-            raise ValueError(f"keys {tuple(keys.shape)} and values {tuple(values.shape)} must agree on every axis "
-                             "but the last")
+        self.keys, self.values = buffers_for(keys, values, self.keys, self.values, self.window)
         n, start = keys.shape[-2], self.length
-        if self.keys is None:
-            lead = tuple(keys.shape[:-2])
-            self.keys = keys.new_zeros((*lead, self.window, keys.shape[-1]))
-            self.values = values.new_zeros((*lead, self.window, values.shape[-1]))
-        else:
-            KVCache._validate_fits(keys, self.keys, "keys")
-            KVCache._validate_fits(values, self.values, "values")
         if n > 1:  # the old positions the new queries can still see, oldest first, before any is overwritten
-            old = self.slot_index(torch.arange(start - min(start, self.window - 1), start))  # (held,)
+            old = self.slot_index(self.positions(n)[1][:-n])  # (held,)
             all_keys = torch.cat([self.keys[..., old, :], keys], dim=-2)  # (..., held + n, d_k)
             all_values = torch.cat([self.values[..., old, :], values], dim=-2)  # (..., held + n, d_v)
         kept = torch.arange(max(start, start + n - self.window), start + n)  # the new positions that stay

@@ -32,7 +32,8 @@ def stub(source: str) -> str:
     if not functions:
         raise ValueError(f"a graded solution cell must define a function:\n{source}")
     imports = [node for node in tree.body if isinstance(node, ast.Import | ast.ImportFrom)]
-    parts = ["\n".join(lines[node.lineno - 1:node.end_lineno]) for node in imports]  # graded alone: keep them
+    kept = "\n".join("\n".join(lines[node.lineno - 1:node.end_lineno]) for node in imports)  # graded alone
+    parts = [kept] if kept else []
     for function in functions:
         body = function.body
         has_docstring = isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
@@ -41,8 +42,7 @@ def stub(source: str) -> str:
         start = function.decorator_list[0].lineno if function.decorator_list else function.lineno
         indent = " " * body[0].col_offset
         parts.append("\n".join(lines[start - 1:keep_until] + [f"{indent}raise NotImplementedError({hint.group(1)!r})"]))
-    return "\n\n\n".join(parts) if not imports else "\n".join(parts[:len(imports)]) + "\n\n\n" + \
-        "\n\n\n".join(parts[len(imports):])
+    return "\n\n\n".join(parts)
 
 
 def student_notebook(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
