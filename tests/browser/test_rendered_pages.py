@@ -100,22 +100,41 @@ class Page:
 def browser():
     if CHROMIUM is None:
         pytest.fail("Chromium is not installed: `make browser` installs it from the OS's packages")
-    profile = tempfile.mkdtemp()
-    process = subprocess.Popen(
-        [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--remote-debugging-port=0",
-         f"--user-data-dir={profile}", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--disable-default-apps", "--window-size=1280,2000",
-         "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    port_file = Path(profile) / "DevToolsActivePort"
-    for _ in range(100):
-        if port_file.exists() and port_file.read_text().strip():
-            break
-        time.sleep(0.1)
-    port = port_file.read_text().split()[0]
+    process, profile, port = start_chromium()
     yield f"http://127.0.0.1:{port}"
     process.terminate()
     process.wait(10)
     shutil.rmtree(profile, ignore_errors=True)
+
+
+CHROMIUM_FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
+                  "--remote-debugging-port=0", "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--disable-default-apps", "--window-size=1280,2000"]
+START_SECONDS = 90  # a cold first start on a fresh machine builds font caches; 10 s was not always enough
+
+
+def start_chromium(attempts: int = 2):
+    """Start headless Chromium; return (process, profile folder, DevTools port), or fail with its log."""
+    for attempt in range(1, attempts + 1):
+        profile = tempfile.mkdtemp()
+        log = Path(profile + ".log")
+        with log.open("wb") as err:
+            process = subprocess.Popen([CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
+                                       stdout=subprocess.DEVNULL, stderr=err)
+        port_file = Path(profile) / "DevToolsActivePort"
+        deadline = time.monotonic() + START_SECONDS
+        while time.monotonic() < deadline and process.poll() is None:
+            if port_file.exists() and port_file.read_text().strip():
+                return process, profile, port_file.read_text().split()[0]
+            time.sleep(0.2)
+        process.kill()
+        process.wait(10)
+        tail = log.read_text(errors="replace")[-3000:]
+        log.unlink()
+        shutil.rmtree(profile, ignore_errors=True)
+        print(f"Chromium start {attempt}/{attempts} failed (exit code {process.returncode}); its log ends:\n{tail}")
+    pytest.fail(f"{CHROMIUM} wrote no {port_file.name} within {START_SECONDS} s in {attempts} attempts "
+                f"(its log is printed above)")
 
 
 def open_page(browser: str, url: str) -> Page:
