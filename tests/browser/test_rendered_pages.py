@@ -146,6 +146,17 @@ def open_page(browser: str, url: str) -> Page:
     return page
 
 
+def full_page_screenshot(page: Page, width: int = 1280, max_height: int = 30000) -> bytes:
+    """The whole page as PNG, taken in a viewport as tall as the page (captureBeyondViewport drew it shifted)."""
+    size = page.send("Page.getLayoutMetrics")["cssContentSize"]
+    height = min(int(size["height"]) + 1, max_height)
+    page.send("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
+    time.sleep(0.5)  # let the page lay itself out again at the new height
+    shot = page.send("Page.captureScreenshot", format="png")
+    page.send("Emulation.clearDeviceMetricsOverride")
+    return base64.b64decode(shot["data"])
+
+
 def console_errors(page: Page) -> list[str]:
     errors = []
     for event in page.events:
@@ -188,11 +199,11 @@ def test_page_as_a_reader_sees_it(site, browser, name):
             codeCells: document.querySelectorAll('div.cell div.cell_input').length,
             outputs: document.querySelectorAll('div.cell div.cell_output').length,
             colab: Array.from(document.querySelectorAll('a[href*="colab.research.google.com"]')).map(a => a.href),
+            searchFields: Array.from(document.querySelectorAll('.search-button-field')).filter(e => e.offsetParent).length,
         })""")
         violations = accessibility_violations(page)
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        shot = page.send("Page.captureScreenshot", format="png", captureBeyondViewport=True)
-        (SCREENSHOTS / f"{name.replace('/', '_')}.png").write_bytes(base64.b64decode(shot["data"]))
+        (SCREENSHOTS / f"{name.replace('/', '_')}.png").write_bytes(full_page_screenshot(page))
 
         errors = console_errors(page)
         assert errors == [], f"{name}: console errors {errors}"
@@ -200,6 +211,7 @@ def test_page_as_a_reader_sees_it(site, browser, name):
         outgoing = [e["params"]["request"]["url"] for e in page.events if e.get("method") == "Network.requestWillBeSent"
                     and not e["params"]["request"]["url"].startswith((site, "data:", "blob:", "about:"))]
         assert outgoing == [], f"{name}: requests leaving the machine"
+        assert state["searchFields"] == 1, f"{name}: {state['searchFields']} search fields shown (one, in the sidebar)"
         if expects_math:
             assert state["math"] > 0 and state["mathErrors"] == 0 and state["rawMath"] == 0, f"{name}: math {state}"
         for src, complete, width, height in state["images"]:
