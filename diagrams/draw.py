@@ -925,7 +925,7 @@ def _curved(ax, start, end, color, rad):
 def induction_circuit(png_dir=None):
     """Chapter 9: a previous-token head in layer 1 and an induction head in layer 2 copy the token after A."""
     fig, ax = new_figure(11.0, 4.6)
-    tokens = ["k", "A", "B", "x", "y", "z", "A"]
+    tokens = ["w", "A", "B", "x", "y", "z", "A"]
     w, gap, y = 0.62, 0.5, 2.35
     xs = [1.7 + i * (w + gap) for i in range(len(tokens))]
     for i, (x, token) in enumerate(zip(xs, tokens, strict=True)):
