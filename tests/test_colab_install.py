@@ -11,7 +11,9 @@ import pytest
 
 from conftest import NOTEBOOKS, REPO_URL, ROOT, code_cells
 
-INSTALL = re.compile(r'%pip install -q "(attention-book @ git\+(\S+))"')
+# The cell names the repository once (BOOK = "...") and installs from it with IPython's {BOOK} expansion,
+# so that its lines fit the page.
+INSTALL = re.compile(r'BOOK = "(\S+)"\n.*\n    %pip install -q "attention-book @ git\+\{BOOK\}"')
 
 
 def install_requirements() -> dict[str, str]:
@@ -20,8 +22,8 @@ def install_requirements() -> dict[str, str]:
     for path in NOTEBOOKS:
         match = INSTALL.search("".join(code_cells(path)[0]["source"]))
         assert match, f"{path.name}: no install cell"
-        assert match.group(2) == REPO_URL, f"{path.name} installs from {match.group(2)}, not {REPO_URL}"
-        found[path.name] = match.group(1)
+        assert match.group(1) == REPO_URL, f"{path.name} installs from {match.group(1)}, not {REPO_URL}"
+        found[path.name] = f"attention-book @ git+{match.group(1)}"
     return found
 
 

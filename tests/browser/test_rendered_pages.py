@@ -2,10 +2,10 @@
 
 Run by `make browser` after `make book`: every chapter page is served from _build/html on 127.0.0.1
 and opened through the Chrome DevTools protocol. Checked on each page: math typeset by the local MathJax,
-figures loaded and non-empty, code cells and their outputs rendered, the Colab button pointing at the
-chapter's notebook, no console error, no request leaving the machine, and no serious or critical
-accessibility violation found by axe-core (installed from npm by `make browser`). Screenshots are kept in
-_build/screenshots as build artefacts.
+figures loaded and non-empty, code cells and their outputs rendered and none wider than the page
+(issue 28), the Colab button pointing at the chapter's notebook, no console error, no request leaving the
+machine, and no serious or critical accessibility violation found by axe-core (installed from npm by
+`make browser`). Screenshots are kept in _build/screenshots as build artefacts.
 """
 
 import base64
@@ -200,6 +200,9 @@ def test_page_as_a_reader_sees_it(site, browser, name):
             outputs: document.querySelectorAll('div.cell div.cell_output').length,
             colab: Array.from(document.querySelectorAll('a[href*="colab.research.google.com"]')).map(a => a.href),
             searchFields: Array.from(document.querySelectorAll('.search-button-field')).filter(e => e.offsetParent).length,
+            overflowing: Array.from(document.querySelectorAll('main pre, main div.highlight, main div.cell_output'))
+                .filter(e => e.scrollWidth > e.clientWidth + 1)
+                .map(e => (e.innerText || '').split('\\n').reduce((a, b) => (b.length > a.length ? b : a), '')),
         })""")
         violations = accessibility_violations(page)
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
@@ -211,6 +214,9 @@ def test_page_as_a_reader_sees_it(site, browser, name):
         outgoing = [e["params"]["request"]["url"] for e in page.events if e.get("method") == "Network.requestWillBeSent"
                     and not e["params"]["request"]["url"].startswith((site, "data:", "blob:", "about:"))]
         assert outgoing == [], f"{name}: requests leaving the machine"
+        assert state["overflowing"] == [], \
+            f"{name}: {len(state['overflowing'])} code or output blocks scroll sideways at 1280 px, " \
+            f"widest lines {state['overflowing'][:3]}"
         assert state["searchFields"] == 1, f"{name}: {state['searchFields']} search fields shown (one, in the sidebar)"
         if expects_math:
             assert state["math"] > 0 and state["mathErrors"] == 0 and state["rawMath"] == 0, f"{name}: math {state}"
