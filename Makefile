@@ -44,8 +44,10 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests --ignore=tests/browser
 
+# CHAPTERS: the notebooks nbval re-runs (all by default; e.g. `make portability CHAPTERS=chapters/07_kv_cache.ipynb`).
+CHAPTERS ?= chapters
 NBVAL := $(BIN)/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
-	-p no:cacheprovider chapters
+	-p no:cacheprovider $(CHAPTERS)
 
 notebooks: $(STAMP)
 	$(NBVAL)
