@@ -99,7 +99,8 @@ def test_is_causal_equals_the_explicit_mask(size, need_weights):
     x = torch.randn(batch, t, heads * head_dim, generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
         implicit = module(x, need_weights=need_weights, is_causal=True)
-        explicit = module(x, mask=ab.causal_mask(t), need_weights=need_weights)
+        # (1, 1, T, T): a bare (T, T) mask is refused when B == T, where it could be a (B, S) padding mask
+        explicit = module(x, mask=ab.causal_mask(t)[None, None], need_weights=need_weights)
     torch.testing.assert_close(implicit[0], explicit[0])
     if need_weights:
         torch.testing.assert_close(implicit[1], explicit[1])
@@ -120,7 +121,7 @@ def test_causal_self_attention_leaves_the_mask_to_the_fused_kernel_when_t_equals
         model(torch.randn(1, 5, 8), cache=cache)  # prefill: T = S = 5
         model(torch.randn(1, 2, 8), cache=cache)  # two new positions: T = 2 < S = 7
     assert calls[0] == (None, True)
-    assert calls[1][1] is False and torch.equal(calls[1][0], ab.causal_mask(2, 7))
+    assert calls[1][1] is False and torch.equal(calls[1][0], ab.causal_mask(2, 7)[None, None])
 
 
 def test_is_causal_refuses_what_it_cannot_mean():

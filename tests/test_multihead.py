@@ -61,7 +61,7 @@ def build(case):
 @pytest.mark.filterwarnings("ignore:Support for mismatched key_padding_mask and attn_mask is deprecated")
 def test_equals_torch_multihead_attention(case):
     mha, query, key, value, attn_mask, padding = build(case)
-    ours = ab.MultiHeadAttention.from_torch(mha)
+    ours = ab.MultiHeadAttention.from_torch(mha, sequence_first=not case["batch_first"])
     if case["batch_first"]:
         expected, expected_weights = mha(query, key, value, attn_mask=attn_mask, key_padding_mask=padding)
     else:  # PyTorch's default layout is (T, B, E)

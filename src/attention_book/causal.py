@@ -17,6 +17,9 @@ def causal_mask(num_queries: int, num_keys: int | None = None, device=None, wind
     positions before it: keys S − T + i − window + 1 … S − T + i.
     """
     num_keys = num_queries if num_keys is None else num_keys
+    for name, length in (("num_queries", num_queries), ("num_keys", num_keys)):
+        if isinstance(length, bool) or not isinstance(length, int) or length < 0:
+            raise ValueError(f"{name} must be a non-negative integer, got {length!r}")
     validate_causal_lengths(num_queries, num_keys)
     validate_window(window)
     ones = torch.ones(num_queries, num_keys, dtype=torch.bool, device=device)
@@ -49,6 +52,16 @@ def validate_window(window) -> None:
                          f"got {window!r}")
 
 
+def validate_ring_window(cache, window: int | None) -> None:
+    """A ring cache keeps only its last `cache.window` positions: the layer's window must fit in it."""
+    from .kv_cache import RingKVCache  # here, not at the top: kv_cache imports this module
+
+    if isinstance(cache, RingKVCache) and (window is None or cache.window < window):
+        raise ValueError(f"cache is a RingKVCache of window {cache.window}, but this layer has window={window}: "
+                         "it would forget keys the layer still attends to; give it RingKVCache(window) "
+                         "(or a KVCache for window=None)")
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head self-attention under a causal mask, with dropout on the weights (chapter 5).
 
@@ -70,7 +83,10 @@ class CausalSelfAttention(nn.Module):
         Without a cache S = T. With a cache (chapter 7), x holds the T newest positions, and the cache says
         which positions the queries and the S keys it will return stand for; the mask follows from those.
         """
+        validate_ring_window(cache, self.window)
         mask, is_causal = self.mask(x.shape[-2], x.device, cache)
+        if mask is not None and mask.dim() == 2:
+            mask = mask[None, None]  # (1, 1, T, S): the same for every sequence and head, never read as (B, S)
         return self.attention(x, mask=mask, need_weights=need_weights, cache=cache, is_causal=is_causal)
 
     def mask(self, num_queries: int, device=None, cache=None) -> tuple[torch.Tensor | None, bool]:

@@ -1,5 +1,6 @@
 """A small GPT-style decoder built from the package, and text generation with and without a KV cache (chapter 7)."""
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -7,6 +8,7 @@ from torch import nn
 from tqdm import tqdm
 
 from .causal import CausalSelfAttention
+from .multihead import validate_dropout, validate_positive
 from .kv_cache import BlockPool, KVCache, PagedKVCache, RingKVCache
 
 
@@ -22,6 +24,12 @@ class DecoderConfig:
     dropout: float = 0.0  # on the attention weights, in training mode only
     num_kv_heads: int | None = None  # key/value heads; None = H (multi-head), 1 = multi-query
     window: int | None = None  # sliding window: each position sees itself and window - 1 before; None = all
+
+    def __post_init__(self):
+        validate_positive(vocab_size=self.vocab_size, context_length=self.context_length,
+                          embed_dim=self.embed_dim, num_heads=self.num_heads, num_layers=self.num_layers)
+        validate_positive(allow_none=True, num_kv_heads=self.num_kv_heads, window=self.window)
+        validate_dropout(self.dropout)
 
 
 class DecoderBlock(nn.Module):
@@ -70,6 +78,7 @@ class Decoder(nn.Module):
         With caches, `tokens` are the newest T positions, placed after those already stored: the caches
         say at which positions (one start for the batch, or one per sequence for a paged cache).
         """
+        validate_tokens(tokens, self.config.vocab_size)
         T = tokens.shape[-1]
         start = 0 if caches is None else len(caches[0])  # with a paged cache, the longest sequence's length
         if start + T > self.config.context_length:
@@ -87,6 +96,10 @@ class Decoder(nn.Module):
 
 def next_token(logits: torch.Tensor, temperature: float = 0.0, generator: torch.Generator | None = None):
     """Greedy (temperature 0) or sampled choice from logits (B, V) -> tokens (B, 1)."""
+    validate_temperature(temperature)
+    if logits.device.type != "meta" and torch.isnan(logits).any():
+        raise ValueError(f"logits of shape {tuple(logits.shape)} contain NaN in rows "
+                         f"{torch.isnan(logits).any(dim=-1).nonzero().flatten().tolist()}: no token can be chosen")
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
     probabilities = torch.softmax(logits / temperature, dim=-1)  # (B, V)
@@ -114,6 +127,7 @@ def generate_steps(model: Decoder, prompt: torch.Tensor, max_new_tokens: int, us
 def generate(model: Decoder, prompt: torch.Tensor, max_new_tokens: int, use_cache: bool = True,
              temperature: float = 0.0, generator: torch.Generator | None = None, progress: bool = False):
     """`prompt` (B, T0) continued by `max_new_tokens` tokens -> (B, T0 + max_new_tokens) (chapter 7)."""
+    validate_generation(prompt, max_new_tokens, temperature, model.config.vocab_size)
     tokens = prompt
     steps = generate_steps(model, prompt, max_new_tokens, use_cache, temperature, generator)
     for sequence in tqdm(steps, total=max_new_tokens, disable=not progress,
@@ -126,6 +140,10 @@ def generate(model: Decoder, prompt: torch.Tensor, max_new_tokens: int, use_cach
 def cached_vs_full(model: Decoder, tokens: torch.Tensor, prefill: int = 1) -> list[float]:
     """Feed `tokens` (B, T) through the cache, `prefill` first and then one by one; at every step compare the
     newest logits with a full recomputation of the prefix. Returns the largest difference of each step."""
+    validate_tokens(tokens, model.config.vocab_size, "tokens")
+    if isinstance(prefill, bool) or not isinstance(prefill, int) or not 1 <= prefill <= tokens.shape[-1]:
+        raise ValueError(f"prefill must be an integer from 1 to T = {tokens.shape[-1]} (tokens {tuple(tokens.shape)}), "
+                         f"got {prefill!r}")
     caches = model.new_caches()
     differences = []
     for end in range(prefill, tokens.shape[-1] + 1):
@@ -148,6 +166,8 @@ def generate_paged(model: Decoder, prompts: list[torch.Tensor], max_new_tokens: 
     """
     if not prompts or any(p.dim() != 1 or len(p) == 0 for p in prompts):
         raise ValueError(f"prompts must be non-empty 1-D token tensors, got shapes {[tuple(p.shape) for p in prompts]}")
+    for prompt in prompts:
+        validate_generation(prompt[None], max_new_tokens, temperature, model.config.vocab_size)
     if num_blocks is None:
         num_blocks = sum(-(-(len(p) + max_new_tokens) // block_size) for p in prompts)
     caches = model.new_paged_caches(len(prompts), num_blocks, block_size)
@@ -160,3 +180,35 @@ def generate_paged(model: Decoder, prompts: list[torch.Tensor], max_new_tokens: 
         if step < max_new_tokens - 1:
             logits = model(chosen, caches)[:, -1]  # (B, V): one new position per sequence, each its own
     return sequences, caches
+
+
+# Input checks: the errors name the argument and the form expected.
+
+def validate_tokens(tokens, vocab_size: int, name: str = "tokens") -> None:
+    """Token ids (B, T): integers from 0 to vocab_size - 1 (chapter 7)."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
+        got = f"shape {tuple(tokens.shape)}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+        raise ValueError(f"{name} must be token ids (B, T), got {got}; one sequence (T,) is {name}[None]")
+    if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
+        raise TypeError(f"{name} must be integer token ids, got dtype {tokens.dtype}")
+    if tokens.numel() and tokens.device.type != "meta":
+        low, high = (int(t) for t in torch.aminmax(tokens))
+        if low < 0 or high >= vocab_size:
+            raise ValueError(f"{name} must be ids from 0 to vocab_size - 1 = {vocab_size - 1}, got values from "
+                             f"{low} to {high}")
+
+
+def validate_temperature(temperature) -> None:
+    """0 is greedy; a positive temperature samples. A negative one would sample from softmax(-logits)."""
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 <= temperature < math.inf:
+        raise ValueError(f"temperature must be 0 (greedy) or a positive number, got {temperature!r}")
+
+
+def validate_generation(prompt, max_new_tokens, temperature, vocab_size: int) -> None:
+    """What `generate` and `generate_paged` need: a non-empty prompt (B, T0), a count, a temperature."""
+    validate_tokens(prompt, vocab_size, "prompt")
+    if prompt.shape[-1] == 0:
+        raise ValueError(f"prompt must hold at least one token, got shape {tuple(prompt.shape)}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be a non-negative integer, got {max_new_tokens!r}")
+    validate_temperature(temperature)

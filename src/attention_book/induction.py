@@ -126,6 +126,9 @@ def half_masks(periods: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.
 def half_losses(losses: torch.Tensor, periods: torch.Tensor) -> tuple[float, float]:
     """(mean loss on the first n tokens, mean loss on the repeated ones) from losses (B, T − 1)."""
     first, repeated = half_masks(periods, losses.shape[-1] + 1)
+    if not first.any() or not repeated.any():
+        raise ValueError(f"periods {periods.tolist()} leave no target in one half of losses "
+                         f"{tuple(losses.shape)}: each period must be from 1 to T - 2 = {losses.shape[-1] - 1}")
     return float(losses[first].mean()), float(losses[repeated].mean())
 
 
@@ -149,6 +152,9 @@ def induction_score(weights: torch.Tensor, tokens: torch.Tensor, periods: torch.
     """
     on_targets = (weights * induction_targets(tokens)[:, None]).sum(-1)  # (B, H, T)
     queries = torch.arange(tokens.shape[-1])[None, :] >= periods[:, None]  # (B, T)
+    if not queries.any():
+        raise ValueError(f"periods {periods.tolist()} leave no repeating query in tokens {tuple(tokens.shape)}: "
+                         f"a period must be below T = {tokens.shape[-1]}")
     return on_targets.transpose(0, 1)[:, queries].mean(-1)  # (H, queries) -> (H,)
 
 

@@ -12,6 +12,11 @@ def kv_cache_bytes(layers: int, kv_heads: int, head_dim: int, length: int, bytes
                    batch: int = 1) -> int:
     """Memory of a full cache: keys and values (the 2) for every layer, key/value head, position and
     sequence of the batch (chapter 7). With grouped-query attention kv_heads is H_kv, not H."""
+    sizes = {"layers": layers, "kv_heads": kv_heads, "head_dim": head_dim, "length": length,
+             "bytes_per_value": bytes_per_value, "batch": batch}
+    for name, size in sizes.items():
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
+            raise ValueError(f"{name} must be a non-negative integer, got {size!r}")
     return 2 * layers * kv_heads * head_dim * length * bytes_per_value * batch
 
 
@@ -39,10 +44,25 @@ def buffers_for(keys, values, stored_keys, stored_values, length: int):
 
 def validate_fits(new, stored, name: str) -> None:
     """Only the length axis (-2) of new keys or values may differ from the cache's buffer."""
+    validate_kind(new, stored, name)
     if new.shape[:-2] != stored.shape[:-2] or new.shape[-1] != stored.shape[-1]:
         stored_shape = (*stored.shape[:-2], "S", stored.shape[-1])
         raise ValueError(f"new {name} of shape {tuple(new.shape)} do not fit a cache of {name} shaped "
                          f"{stored_shape}: only the length axis (-2) may differ")
+
+
+def validate_kind(new, stored, name: str) -> None:
+    """New keys or values must have the buffer's kind, dtype and device: a cache never converts them (an
+    int8 buffer would truncate floats)."""
+    if isinstance(new, torch.Tensor) != isinstance(stored, torch.Tensor) or new.dtype != stored.dtype or \
+            getattr(new, "device", None) != getattr(stored, "device", None):
+        raise TypeError(f"new {name} are a {_kind(new)}, the cache holds a {_kind(stored)}: give it the same "
+                        "dtype and device (.to(...)), or reset() it")
+
+
+def _kind(t) -> str:
+    """"Tensor of torch.float32 on cpu", "ndarray of float64": what a cache's check compares."""
+    return f"{type(t).__name__} of {t.dtype}" + (f" on {t.device}" if isinstance(t, torch.Tensor) else "")
 
 
 class KVCache:
@@ -53,7 +73,7 @@ class KVCache:
     """
 
     def __init__(self, max_length: int):
-        if max_length < 1:
+        if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
             raise ValueError(f"max_length must be at least 1, got {max_length}")
         self.max_length = max_length
         self.reset()
@@ -62,6 +82,7 @@ class KVCache:
         """Forget every position (a new sequence may have another batch size or width)."""
         self.keys = self.values = None  # (..., max_length, d_k), (..., max_length, d_v)
         self.length = 0
+        self.layer = None  # the attention module that appends to it, set on its first use
 
     def __len__(self) -> int:
         return self.length
@@ -111,6 +132,7 @@ class RingKVCache:
         """Forget every position."""
         self.keys = self.values = None  # (..., window, d_k), (..., window, d_v)
         self.length = 0  # positions seen, not positions held
+        self.layer = None  # the attention module that appends to it, set on its first use
 
     def __len__(self) -> int:
         return self.length
@@ -170,7 +192,7 @@ class BlockPool:
     (chapter 7; vLLM's PagedAttention). Sequences take blocks as they grow and give them back when done."""
 
     def __init__(self, num_blocks: int, block_size: int):
-        if num_blocks < 1 or block_size < 1:
+        if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in (num_blocks, block_size)):
             raise ValueError(f"num_blocks and block_size must be at least 1, got {num_blocks} and {block_size}")
         self.num_blocks, self.block_size = num_blocks, block_size
         self.free = list(range(num_blocks - 1, -1, -1))  # popped from the end: block 0 first
@@ -185,6 +207,11 @@ class BlockPool:
 
     def release(self, blocks: list[int]) -> None:
         """Give blocks back to the pool."""
+        free = set(self.free)
+        for block in blocks:
+            if not 0 <= block < self.num_blocks or block in free or list(blocks).count(block) > 1:
+                raise ValueError(f"blocks {list(blocks)}: block {block} is not in use (already free, released "
+                                 f"twice, or not one of the pool's {self.num_blocks} blocks)")
         self.free.extend(reversed(blocks))
 
     def ensure_storage(self, keys: torch.Tensor, values: torch.Tensor) -> None:
@@ -197,6 +224,8 @@ class BlockPool:
                 or values.shape[-1] != self.values.shape[-1]:
             raise ValueError(f"keys {tuple(keys.shape)} and values {tuple(values.shape)} do not fit blocks of "
                              f"keys {tuple(self.keys.shape[1:])} and values {tuple(self.values.shape[1:])}")
+        validate_kind(keys, self.keys, "keys")
+        validate_kind(values, self.values, "values")
 
     def block_bytes(self) -> int:
         """Bytes of one block's keys and values (0 before the first append)."""
@@ -216,7 +245,10 @@ class PagedKVCache:
     """
 
     def __init__(self, pool: BlockPool, batch_size: int):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         self.pool = pool
+        self.layer = None  # the attention module that appends to it, set on its first use
         self.block_tables = [[] for _ in range(batch_size)]  # block numbers of each sequence, in order
         self.lengths = [0] * batch_size  # positions stored per sequence
         self.rows = list(range(batch_size))  # the sequences the next append feeds
@@ -226,6 +258,8 @@ class PagedKVCache:
         for row in rows:
             if not 0 <= row < len(self.lengths):
                 raise IndexError(f"row {row} is not a sequence of this cache (batch size {len(self.lengths)})")
+        if len(set(rows)) != len(rows):
+            raise ValueError(f"rows {list(rows)} name a sequence twice: both copies would write the same blocks")
         view = copy.copy(self)
         view.rows = list(rows)
         return view
@@ -239,7 +273,7 @@ class PagedKVCache:
         padding (beyond a shorter sequence's end) at position PADDING."""
         starts = torch.tensor([self.lengths[row] for row in self.rows], device=device)[:, None]  # (B, 1)
         queries = starts + torch.arange(num_new, device=device)  # (B, n)
-        num_keys = int(starts.max()) + num_new
+        num_keys = max(self.lengths[row] for row in self.rows) + num_new  # from the list: no device read-back
         keys = torch.arange(num_keys, device=device).expand(len(self.rows), num_keys)  # (B, S)
         return queries, keys.masked_fill(keys >= starts + num_new, PADDING)
 

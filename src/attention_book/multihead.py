@@ -1,5 +1,7 @@
 """Multi-head attention in the three forms of chapter 3, and PyTorch's mask conventions."""
 
+import weakref
+
 import torch
 from torch import nn
 import torch.nn.functional as F
@@ -10,6 +12,7 @@ from .attention import (
     scaled_dot_product_attention,
     scaled_scores,
     validate_attention_inputs,
+    validate_mask_axes,
     validate_width,
 )
 from .self_attention import SelfAttention
@@ -20,6 +23,7 @@ def stacked_multihead_attention(x, W_query, W_key, W_value):
 
     x (T, E) -> context vectors (H, T, d_v).
     """
+    validate_stacked_weights(x, W_query, W_key, W_value)
     heads = W_query.shape[0]
     stacked_inputs = x.T.repeat(heads, 1, 1)  # (E, T) -> (H, E, T)
     queries = torch.bmm(W_query, stacked_inputs).permute(0, 2, 1)  # (H, d_k, T) -> (H, T, d_k)
@@ -34,6 +38,7 @@ class MultiHeadAttentionWrapper(nn.Module):
 
     def __init__(self, d_in: int, d_out_kq: int, d_out_v: int, num_heads: int):
         super().__init__()
+        validate_positive(num_heads=num_heads)
         self.heads = nn.ModuleList([SelfAttention(d_in, d_out_kq, d_out_v) for _ in range(num_heads)])
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -58,6 +63,9 @@ class MultiHeadAttention(nn.Module):
                  bias: bool = True, dropout: float = 0.0, head_dim: int | None = None,
                  num_kv_heads: int | None = None):
         super().__init__()
+        validate_positive(embed_dim=embed_dim, num_heads=num_heads)
+        validate_positive(allow_none=True, kdim=kdim, vdim=vdim, head_dim=head_dim, num_kv_heads=num_kv_heads)
+        validate_dropout(dropout)
         if head_dim is None and embed_dim % num_heads:
             raise ValueError(f"embed_dim={embed_dim} is not divisible by num_heads={num_heads}: "
                              f"each head needs E/H = {embed_dim / num_heads:g} columns")
@@ -97,9 +105,15 @@ class MultiHeadAttention(nn.Module):
         """
         key = query if key is None else key
         value = key if value is None else value
-        validate_width(query, self.embed_dim, "query", "embed_dim")
-        validate_width(key, self.kdim, "key", "kdim")
-        validate_width(value, self.vdim, "value", "vdim")
+        dtype = self.q_proj.weight.dtype
+        validate_width(query, self.embed_dim, "query", "embed_dim", dtype)
+        validate_width(key, self.kdim, "key", "kdim", dtype)
+        validate_width(value, self.vdim, "value", "vdim", dtype)
+        validate_mask_axes(mask, query, self.num_heads)
+        if mask is not None and mask.is_floating_point():
+            mask = mask.to(dtype)  # added to the scores; the fused kernel wants the query's dtype
+        if cache is not None:
+            validate_cache_layer(cache, self)
         q = self.split_heads(self.q_proj(query))  # (..., H, T, E/H)
         k = self.split_heads(self.k_proj(key), self.num_kv_heads)  # (..., H_kv, S, E/H)
         v = self.split_heads(self.v_proj(value), self.num_kv_heads)  # (..., H_kv, S, E/H)
@@ -117,19 +131,26 @@ class MultiHeadAttention(nn.Module):
         if need_weights or (self.training and self.dropout.p > 0):
             if is_causal:  # F.scaled_dot_product_attention's is_causal, written out: (T, T), True = may attend
                 mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
-            weights = head_weights(q, k, mask)  # (..., H, T, S)
-            context = self.dropout(weights) @ v  # (..., H, T, E/H)
-            averaged = weights.mean(dim=-3) if need_weights else None  # (..., T, S)
+            weights = head_weights(q, k, mask)  # (..., H, T, S), float32 for half-precision inputs
+            context = (self.dropout(weights) @ v.to(weights.dtype)).to(v.dtype)  # (..., H, T, E/H)
+            averaged = weights.mean(dim=-3).to(q.dtype) if need_weights else None  # (..., T, S)
             return self.out_proj(self.merge_heads(context)), averaged
         # the fused kernel, same maths; with is_causal it makes the (T, T) mask itself (mask is None then)
         context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
         return self.out_proj(self.merge_heads(context)), None
 
     @classmethod
-    def from_torch(cls, mha: nn.MultiheadAttention) -> "MultiHeadAttention":
-        """A copy of an `nn.MultiheadAttention`'s weights in this module (chapter 3)."""
+    def from_torch(cls, mha: nn.MultiheadAttention, sequence_first: bool = False) -> "MultiHeadAttention":
+        """A copy of an `nn.MultiheadAttention`'s weights in this module (chapter 3).
+
+        This module takes (B, T, E); a module built without `batch_first=True` takes (T, B, E), so it is
+        refused unless `sequence_first=True` says that the caller will transpose its inputs."""
         if mha.bias_k is not None or mha.add_zero_attn:
             raise ValueError("add_bias_kv and add_zero_attn are not supported")
+        if not mha.batch_first and not sequence_first:
+            raise ValueError("mha has batch_first=False: it reads inputs as (T, B, E), this module as (B, T, E), "
+                             "so the same tensor would mean another thing. Build it with batch_first=True, or "
+                             "pass sequence_first=True and give this module x.transpose(0, 1)")
         module = cls(mha.embed_dim, mha.num_heads, mha.kdim, mha.vdim, bias=mha.in_proj_bias is not None,
                      dropout=mha.dropout)
         module.to(device=mha.out_proj.weight.device, dtype=mha.out_proj.weight.dtype)
@@ -165,6 +186,45 @@ def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torc
     stacked = q.unflatten(-3, (kv_heads, group)).flatten(-3, -2)  # (..., H_kv, group, T, d) -> (..., H_kv, group·T, d)
     context = F.scaled_dot_product_attention(stacked, k, v)  # (..., H_kv, group·T, d_v)
     return context.unflatten(-2, (group, q.shape[-2])).flatten(-4, -3)  # (..., H_kv, group, T, d_v) -> (..., H, T, d_v)
+
+
+def validate_positive(allow_none: bool = False, **sizes) -> None:
+    """Each of `sizes` (name=value) must be a positive int (or None if `allow_none`); 0 is not None."""
+    for name, value in sizes.items():
+        if value is None and allow_none:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            expected = "a positive integer or None" if allow_none else "a positive integer"
+            raise ValueError(f"{name} must be {expected}, got {value!r}")
+
+
+def validate_dropout(dropout) -> None:
+    """A dropout probability is a number in [0, 1)."""
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+        raise ValueError(f"dropout must be a probability in [0, 1), got {dropout!r}")
+
+
+def validate_cache_layer(cache, module: nn.Module) -> None:
+    """A KV cache holds one layer's keys and values: the first module to use it owns it until `reset`
+    (chapter 7). Two layers sharing one would each read the other's keys."""
+    owner = getattr(cache, "layer", None)
+    if owner is None:
+        cache.layer = weakref.ref(module)
+    elif owner() is not module:
+        raise ValueError("cache already holds another attention layer's keys and values: give every layer "
+                         "its own cache (Decoder.new_caches() makes one per layer), or reset() it first")
+
+
+def validate_stacked_weights(x, W_query, W_key, W_value) -> None:
+    """x (T, E) and stacked weights (H, d_k, E), (H, d_k, E), (H, d_v, E) (chapter 3)."""
+    if x.dim() != 2:
+        raise ValueError(f"x must be (T, E), got shape {tuple(x.shape)}")
+    for name, w in (("W_query", W_query), ("W_key", W_key), ("W_value", W_value)):
+        if w.dim() != 3 or w.shape[0] != W_query.shape[0] or w.shape[-1] != x.shape[-1]:
+            raise ValueError(f"{name} must be (H, d, E) with H = W_query.shape[0] = {W_query.shape[0]} and "
+                             f"E = x.shape[-1] = {x.shape[-1]}, got shape {tuple(w.shape)}")
+    if W_key.shape[1] != W_query.shape[1]:
+        raise ValueError(f"W_query {tuple(W_query.shape)} and W_key {tuple(W_key.shape)} must share d_k")
 
 
 def validate_is_causal(q: torch.Tensor, k: torch.Tensor, mask) -> None:
@@ -263,13 +323,21 @@ def additive_mask(mask: torch.Tensor) -> torch.Tensor:
 
 def mask_from_torch(attn_mask=None, key_padding_mask=None, num_heads: int = 1):
     """`nn.MultiheadAttention`'s attn_mask (T, S) or (B·H, T, S) and key_padding_mask (B, S), both with
-    True = blocked, combined into one float mask for this package, shaped to broadcast to (B, H, T, S)."""
+    True = blocked, combined into one float mask for this package, shaped to broadcast to (B, H, T, S): four
+    axes always, so that it is never ambiguous (`validate_mask_axes`)."""
     total = None
     if attn_mask is not None:
         total = additive_mask(attn_mask)
         if total.dim() == 3:  # (B·H, T, S) -> (B, H, T, S)
+            if total.shape[0] % num_heads:
+                raise ValueError(f"attn_mask of shape {tuple(total.shape)} is (B·H, T, S), but its first axis is "
+                                 f"not a multiple of num_heads={num_heads}")
             total = total.unflatten(0, (-1, num_heads))
+        elif total.dim() == 2:  # (T, S) -> (1, 1, T, S)
+            total = total[None, None]
     if key_padding_mask is not None:
+        if key_padding_mask.dim() != 2:
+            raise ValueError(f"key_padding_mask must be (B, S), got shape {tuple(key_padding_mask.shape)}")
         padding = additive_mask(key_padding_mask)[:, None, None, :]  # (B, S) -> (B, 1, 1, S)
         total = padding if total is None else total + padding
     return total

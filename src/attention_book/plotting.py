@@ -101,6 +101,9 @@ def plot_mixing(before, after, labels, *, ax=None, title="each word pulled towar
 
 def plot_bars(labels, values, *, ylabel, title, ax=None):
     """A labelled bar chart with the values written on the bars (benchmark sections)."""
+    if len(labels) != len(values):
+        raise ValueError(f"labels and values must have one entry per bar, got {len(labels)} labels and "
+                         f"{len(values)} values")
     if ax is None:
         _, ax = plt.subplots(figsize=(1.6 * len(labels) + 2, 3.5))
     bars = ax.bar(labels, values, color=plt.cm.tab10.colors[: len(labels)])

@@ -3,7 +3,7 @@
 import torch
 from torch import nn
 
-from .attention import scaled_dot_product_attention, validate_width
+from .attention import scaled_dot_product_attention, validate_mask_axes, validate_width
 
 
 class SelfAttention(nn.Module):
@@ -11,6 +11,9 @@ class SelfAttention(nn.Module):
 
     def __init__(self, d_in: int, d_out_kq: int, d_out_v: int):
         super().__init__()
+        for name, size in (("d_in", d_in), ("d_out_kq", d_out_kq), ("d_out_v", d_out_v)):
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise ValueError(f"{name} must be a positive integer, got {size!r}")
         self.d_in = d_in
         # Drawn with torch.rand in this order, so a seed reproduces the source article's numbers.
         self.W_query = nn.Parameter(torch.rand(d_in, d_out_kq))
@@ -19,7 +22,8 @@ class SelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """x (..., T, d_in) -> context vectors (..., T, d_v)."""
-        validate_width(x, self.d_in)
+        validate_width(x, self.d_in, dtype=self.W_query.dtype)
+        validate_mask_axes(mask, x)
         queries = x @ self.W_query  # (..., T, d_k)
         keys = x @ self.W_key  # (..., T, d_k)
         values = x @ self.W_value  # (..., T, d_v)

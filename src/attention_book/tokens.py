@@ -20,4 +20,4 @@ def encode(sentence: str, vocab: dict[str, int]) -> torch.Tensor:
     unknown = [w for w in words(sentence) if w not in vocab]
     if unknown:
         raise KeyError(f"words not in the vocabulary: {unknown}; known: {sorted(vocab)}")
-    return torch.tensor([vocab[w] for w in words(sentence)])
+    return torch.tensor([vocab[w] for w in words(sentence)], dtype=torch.long)  # long even when empty
