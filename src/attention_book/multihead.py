@@ -199,9 +199,9 @@ def validate_positive(allow_none: bool = False, **sizes) -> None:
 
 
 def validate_dropout(dropout) -> None:
-    """A dropout probability is a number in [0, 1)."""
-    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
-        raise ValueError(f"dropout must be a probability in [0, 1), got {dropout!r}")
+    """A dropout probability is a number from 0 to 1, as `nn.Dropout` takes."""
+    if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1:
+        raise ValueError(f"dropout must be a probability from 0 to 1, got {dropout!r}")
 
 
 def validate_cache_layer(cache, module: nn.Module) -> None:
