@@ -198,6 +198,10 @@ def test_generation_settings_out_of_range_are_refused(model):
         with pytest.raises(ValueError, match="prefill"):
             cached_vs_full(model, prompt, prefill=prefill)
     assert len(cached_vs_full(model, prompt, prefill=3)) == 1
+    with pytest.raises(ValueError, match="max_new_tokens"):  # refused before any work, not at step 22
+        generate(model, prompt, CONFIG.context_length)
+    with pytest.raises(ValueError, match="caches"):
+        model(prompt, model.new_caches()[:1])
     with pytest.raises(ValueError, match="logits"):
         next_token(torch.tensor([[0.0, float("nan"), 1.0]]))
     with pytest.raises(ValueError, match="logits"):
@@ -299,6 +303,8 @@ def test_wrong_rank_names_the_argument(model):
         ab.stacked_multihead_attention(torch.randn(3, 8), W, torch.randn(4, 8), W)
     with pytest.raises(ValueError, match="tokens"):
         model(torch.tensor([1, 2, 3]))
+    with pytest.raises(ValueError, match="keys"):
+        KVCache(4).append(torch.zeros(2), torch.zeros(2))
     with pytest.raises(ValueError, match="key_padding_mask"):
         ab.mask_from_torch(key_padding_mask=torch.zeros(3, dtype=torch.bool))
     with pytest.raises(ValueError, match="attn_mask"):

@@ -79,6 +79,8 @@ class Decoder(nn.Module):
         say at which positions (one start for the batch, or one per sequence for a paged cache).
         """
         validate_tokens(tokens, self.config.vocab_size)
+        if caches is not None and len(caches) != len(self.blocks):
+            raise ValueError(f"caches must hold one cache per layer, {len(self.blocks)}, got {len(caches)}")
         T = tokens.shape[-1]
         start = 0 if caches is None else len(caches[0])  # with a paged cache, the longest sequence's length
         if start + T > self.config.context_length:
@@ -128,6 +130,9 @@ def generate(model: Decoder, prompt: torch.Tensor, max_new_tokens: int, use_cach
              temperature: float = 0.0, generator: torch.Generator | None = None, progress: bool = False):
     """`prompt` (B, T0) continued by `max_new_tokens` tokens -> (B, T0 + max_new_tokens) (chapter 7)."""
     validate_generation(prompt, max_new_tokens, temperature, model.config.vocab_size)
+    if prompt.shape[-1] + max_new_tokens > model.config.context_length:
+        raise ValueError(f"prompt of {prompt.shape[-1]} tokens + max_new_tokens={max_new_tokens} exceed "
+                         f"context_length={model.config.context_length}")
     tokens = prompt
     steps = generate_steps(model, prompt, max_new_tokens, use_cache, temperature, generator)
     for sequence in tqdm(steps, total=max_new_tokens, disable=not progress,

@@ -15,8 +15,9 @@ def kv_cache_bytes(layers: int, kv_heads: int, head_dim: int, length: int, bytes
     sizes = {"layers": layers, "kv_heads": kv_heads, "head_dim": head_dim, "length": length,
              "bytes_per_value": bytes_per_value, "batch": batch}
     for name, size in sizes.items():
-        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 0:
-            raise ValueError(f"{name} must be a non-negative integer, got {size!r}")
+        kinds = (int, float, np.integer, np.floating) if name == "bytes_per_value" else (int, np.integer)  # 0.5: int4
+        if isinstance(size, bool) or not isinstance(size, kinds) or size < 0:
+            raise ValueError(f"{name} must be a non-negative {'number' if float in kinds else 'integer'}, got {size!r}")
     return 2 * layers * kv_heads * head_dim * length * bytes_per_value * batch
 
 
@@ -31,6 +32,9 @@ def buffers_for(keys, values, stored_keys, stored_values, length: int):
     """A cache's key and value buffers (..., length, d): allocated on the first append, shaped like the new
     keys (..., n, d_k) and values (..., n, d_v) and of their kind (tensor or NumPy array), else the stored
     ones, checked to fit them (chapter 7)."""
+    if keys.ndim < 2 or values.ndim < 2:
+        raise ValueError(f"keys {tuple(keys.shape)} and values {tuple(values.shape)} must be (..., n, d): at least "
+                         "2 dimensions")
     if keys.shape[:-1] != values.shape[:-1]:
         raise ValueError(f"keys {tuple(keys.shape)} and values {tuple(values.shape)} must agree on every axis "
                          "but the last")
