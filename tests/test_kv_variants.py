@@ -87,7 +87,8 @@ def test_windowed_attention_cached_in_a_ring_equals_full_windowed_recomputation(
     x = torch.randn(2, sum(chunks), 12, dtype=torch.float64)
     with torch.no_grad():
         full, _ = module(x, need_weights=need_weights)
-        reference, _ = module.attention(x, mask=ab.causal_mask(x.shape[1], window=window))  # chapter 5's mask
+        mask = ab.causal_mask(x.shape[1], window=window)[None, None]  # chapter 5's mask, (1, 1, T, T): never (B, S)
+        reference, _ = module.attention(x, mask=mask)
         cache, start, pieces = RingKVCache(window), 0, []
         for n in chunks:
             out, _ = module(x[:, start:start + n], need_weights=need_weights, cache=cache)
