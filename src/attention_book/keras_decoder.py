@@ -170,7 +170,7 @@ class TorchKerasDecoder(nn.Module):
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.embedding(tokens)  # (B, T, E)
-        mask = causal_mask(tokens.shape[-1], device=tokens.device)  # (T, T)
+        mask = causal_mask(tokens.shape[-1], device=tokens.device)[None, None]  # (1, 1, T, T): never read as (B, S)
         attended, _ = self.attention(x, mask=mask, need_weights=False)  # (B, T, E)
         return torch.softmax(self.dense(attended), dim=-1)  # (B, T, V)
 
