@@ -1,4 +1,7 @@
-"""A small GPT-style decoder built from the package, and text generation with and without a KV cache (chapter 7)."""
+"""A small GPT-style decoder built from the package, and text generation with and without a KV cache (chapter 7).
+
+`from_gpt2` pours a Hugging Face GPT-2's weights into the same decoder.
+"""
 
 from dataclasses import dataclass
 
@@ -168,8 +171,8 @@ def generate_paged(model: Decoder, prompts: list[torch.Tensor], max_new_tokens: 
 # GPT-2's weights in this decoder (chapter 7)
 #
 # Chapter 7's decoder is GPT-2's architecture: pre-norm blocks, tanh GELU, learned positions, biases
-# everywhere but the head, LayerNorm's eps 1e-5 (PyTorch's default), the head tied to the token
-# embedding. Hugging Face's `GPT2LMHeadModel` names its tensors as below; its Conv1D layers (c_attn,
+# everywhere but the head, LayerNorm's eps 1e-5 (PyTorch's default), and, with `tie_head`, the head
+# tied to the token embedding. Hugging Face's `GPT2LMHeadModel` names its tensors as below; its Conv1D layers (c_attn,
 # c_proj, c_fc) store weights as (in, out), transposed from nn.Linear's (out, in), and c_attn holds
 # the query, key and value projections side by side. Shapes are in letters: V vocabulary, P positions,
 # E width; "3E" is three times E.
