@@ -1,4 +1,7 @@
-"""A small GPT-style decoder built from the package, and text generation with and without a KV cache (chapter 7)."""
+"""A small GPT-style decoder built from the package, and text generation with and without a KV cache (chapter 7).
+
+`from_gpt2` pours a Hugging Face GPT-2's weights into the same decoder.
+"""
 
 import math
 from dataclasses import dataclass
@@ -24,6 +27,7 @@ class DecoderConfig:
     dropout: float = 0.0  # on the attention weights, in training mode only
     num_kv_heads: int | None = None  # key/value heads; None = H (multi-head), 1 = multi-query
     window: int | None = None  # sliding window: each position sees itself and window - 1 before; None = all
+    tie_head: bool = False  # the head's (V, E) weight is the token embedding's, as in GPT-2
 
     def __post_init__(self):
         validate_positive(vocab_size=self.vocab_size, context_length=self.context_length,
@@ -61,6 +65,8 @@ class Decoder(nn.Module):
         self.blocks = nn.ModuleList([DecoderBlock(config) for _ in range(config.num_layers)])
         self.norm = nn.LayerNorm(config.embed_dim)
         self.head = nn.Linear(config.embed_dim, config.vocab_size, bias=False)
+        if config.tie_head:
+            self.head.weight = self.token_embedding.weight  # one (V, E) matrix embeds tokens and scores them
 
     def new_caches(self) -> list[KVCache] | list[RingKVCache]:
         """One empty cache per layer: as long as the context, or a ring of `window` positions."""
@@ -185,6 +191,118 @@ def generate_paged(model: Decoder, prompts: list[torch.Tensor], max_new_tokens: 
         if step < max_new_tokens - 1:
             logits = model(chosen, caches)[:, -1]  # (B, V): one new position per sequence, each its own
     return sequences, caches
+
+
+# GPT-2's weights in this decoder (chapter 7)
+#
+# Chapter 7's decoder is GPT-2's architecture: pre-norm blocks, tanh GELU, learned positions, biases
+# everywhere but the head, LayerNorm's eps 1e-5 (PyTorch's default), and, with `tie_head`, the head
+# tied to the token embedding. Hugging Face's `GPT2LMHeadModel` names its tensors as below; its Conv1D layers (c_attn,
+# c_proj, c_fc) store weights as (in, out), transposed from nn.Linear's (out, in), and c_attn holds
+# the query, key and value projections side by side. Shapes are in letters: V vocabulary, P positions,
+# E width; "3E" is three times E.
+
+GPT2_TOP = {  # GPT-2's name: (its shape, our parameter)
+    "transformer.wte.weight": (("V", "E"), "token_embedding.weight"),
+    "transformer.wpe.weight": (("P", "E"), "position_embedding.weight"),
+    "transformer.ln_f.weight": (("E",), "norm.weight"),
+    "transformer.ln_f.bias": (("E",), "norm.bias"),
+}
+GPT2_HEAD = "lm_head.weight"  # (V, E) -> head.weight; absent from a state dict saved with the head tied
+GPT2_BLOCK = {  # in block i: "transformer.h.{i}." + GPT-2's name: (its shape, our parameters in "blocks.{i}.")
+    "ln_1.weight": (("E",), ["norm1.weight"]),
+    "ln_1.bias": (("E",), ["norm1.bias"]),
+    "attn.c_attn.weight": (("E", "3E"), [f"attention.attention.{x}_proj.weight" for x in "qkv"]),  # split in 3
+    "attn.c_attn.bias": (("3E",), [f"attention.attention.{x}_proj.bias" for x in "qkv"]),
+    "attn.c_proj.weight": (("E", "E"), ["attention.attention.out_proj.weight"]),
+    "attn.c_proj.bias": (("E",), ["attention.attention.out_proj.bias"]),
+    "ln_2.weight": (("E",), ["norm2.weight"]),
+    "ln_2.bias": (("E",), ["norm2.bias"]),
+    "mlp.c_fc.weight": (("E", "4E"), ["mlp.0.weight"]),
+    "mlp.c_fc.bias": (("4E",), ["mlp.0.bias"]),
+    "mlp.c_proj.weight": (("4E", "E"), ["mlp.2.weight"]),
+    "mlp.c_proj.bias": (("E",), ["mlp.2.bias"]),
+}
+GPT2_BUFFERS = ("attn.bias", "attn.masked_bias")  # causal-mask buffers of older checkpoints: not weights
+
+
+def gpt2_name_map(num_layers: int) -> dict[str, tuple[tuple[str, ...], list[str]]]:
+    """Every tensor of a GPT-2 state dict with `num_layers` blocks -> (its shape in letters, our parameters)."""
+    names = {name: (shape, [ours]) for name, (shape, ours) in GPT2_TOP.items()}
+    for i in range(num_layers):
+        for name, (shape, ours) in GPT2_BLOCK.items():
+            names[f"transformer.h.{i}.{name}"] = (shape, [f"blocks.{i}.{x}" for x in ours])
+    return names
+
+
+def from_gpt2(state_dict: dict, num_heads: int) -> Decoder:
+    """A `Decoder` holding the weights of a Hugging Face GPT-2 (`GPT2LMHeadModel.state_dict()`) (chapter 7).
+
+    Sizes come from the tensors' shapes; the number of heads does not show in them (GPT-2 124M has 12).
+    Every tensor is checked against the shape the name map expects before anything is copied. As
+    nanoGPT's `from_pretrained` and LLMs-from-scratch's chapter 5 do, without importing `transformers`.
+    """
+    sizes, num_layers = gpt2_sizes(state_dict, num_heads)
+    names = gpt2_name_map(num_layers)
+    tied = GPT2_HEAD not in state_dict or torch.equal(state_dict[GPT2_HEAD], state_dict["transformer.wte.weight"])
+    config = DecoderConfig(vocab_size=sizes["V"], context_length=sizes["P"], embed_dim=sizes["E"],
+                           num_heads=num_heads, num_layers=num_layers, tie_head=tied)
+    if not tied:
+        names[GPT2_HEAD] = (("V", "E"), ["head.weight"])
+    wte = state_dict["transformer.wte.weight"]
+    with torch.device("meta"):  # no time spent drawing random weights that are overwritten next
+        model = Decoder(config)
+    model = model.to_empty(device=wte.device).to(wte.dtype)
+    if tied:
+        model.head.weight = model.token_embedding.weight  # to_empty gave the head a tensor of its own
+    parameters = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, (_, ours) in names.items():
+            tensor = state_dict[name]
+            if tensor.dim() == 2 and name.startswith("transformer.h."):
+                tensor = tensor.T  # Conv1D's (in, out) -> nn.Linear's (out, in)
+            for part, our_name in zip(tensor.chunk(len(ours)), ours, strict=True):  # c_attn: q, k, v
+                parameters.pop(our_name).copy_(part)
+    assert not parameters, f"the name map left {sorted(parameters)} unset"
+    return model.eval()
+
+
+def gpt2_sizes(state_dict: dict, num_heads: int) -> tuple[dict[str, int], int]:
+    """V, P, E and the number of blocks of a GPT-2 state dict, after checking every tensor's name and shape."""
+    for name in ("transformer.wte.weight", "transformer.wpe.weight", "transformer.h.0.ln_1.weight"):
+        if name not in state_dict:
+            raise ValueError(f"state_dict is not GPT-2's (GPT2LMHeadModel's): it has no {name}; its keys are "
+                             f"{_listed(sorted(state_dict))}")
+    wte, wpe = state_dict["transformer.wte.weight"], state_dict["transformer.wpe.weight"]
+    if wte.dim() != 2 or wpe.dim() != 2:
+        raise ValueError(f"transformer.wte.weight must be (V, E) and transformer.wpe.weight (P, E), got "
+                         f"{tuple(wte.shape)} and {tuple(wpe.shape)}")
+    (V, E), P = wte.shape, wpe.shape[0]
+    if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1 or E % num_heads:
+        raise ValueError(f"num_heads={num_heads!r} must be a positive integer dividing the width E={E} of "
+                         f"transformer.wte.weight {(V, E)}: each head takes E/H columns")
+    blocks = [name.split(".")[2] for name in state_dict if name.startswith("transformer.h.")]
+    num_layers = 1 + max(int(i) for i in blocks if i.isdigit())
+    sizes = {"V": V, "P": P, "E": E}
+    letters = {name: shape for name, (shape, _) in gpt2_name_map(num_layers).items()} | {GPT2_HEAD: ("V", "E")}
+    missing = [name for name in letters if name not in state_dict and name != GPT2_HEAD]
+    unexpected = sorted(name for name in state_dict if name not in letters and not name.endswith(GPT2_BUFFERS))
+    problems = [f"missing {_listed(missing)}"] if missing else []
+    problems += [f"unexpected {_listed(unexpected)}"] if unexpected else []
+    for name, shape in letters.items():
+        size = tuple(int(s[:-1] or 1) * sizes[s[-1]] for s in shape)  # "4E" -> 4 * E
+        if name in state_dict and tuple(state_dict[name].shape) != size:
+            problems.append(f"{name} must be ({', '.join(shape)}) = {size}, got {tuple(state_dict[name].shape)}")
+    if problems:
+        raise ValueError(f"state_dict does not match GPT-2 with {num_layers} blocks, V={V}, P={P}, E={E}: "
+                         + "; ".join(problems))
+    return sizes, num_layers
+
+
+def _listed(names: list[str], most: int = 8) -> str:
+    """The first `most` names, and how many more."""
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return f"{names[:most]}{more}"
 
 
 # Input checks: the errors name the argument and the form expected.
