@@ -227,3 +227,17 @@ def test_checks_live_one_module_per_chapter_and_name_what_they_forbid():
                     target = getattr(target, part)
                 break
             assert callable(getattr(target, attribute)), f"{name}: {dotted} is not callable"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
+def test_every_graded_exercise_names_what_it_may_not_call(path):
+    """COORD rule 3 (issue 33): the exercise's markdown has a "Write it yourself" line naming every dotted
+    name of its check's forbidden tuple, so the student reads what the grader switches off."""
+    from attention_book.course import export
+
+    for exercise in export.graded_exercises(nbformat.read(path, as_version=4)):
+        forbidden = checks.CHECKS[exercise["name"]].forbidden
+        if forbidden:
+            assert "**Write it yourself:**" in exercise["text"], exercise["label"]
+        missing = [name for name in forbidden if f"`{name}`" not in exercise["text"]]
+        assert not missing, f"{path.name}, exercise {exercise['label']}: its markdown does not name {missing}"
