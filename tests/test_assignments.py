@@ -241,3 +241,70 @@ def test_every_graded_exercise_names_what_it_may_not_call(path):
             assert "**Write it yourself:**" in exercise["text"], exercise["label"]
         missing = [name for name in forbidden if f"`{name}`" not in exercise["text"]]
         assert not missing, f"{path.name}, exercise {exercise['label']}: its markdown does not name {missing}"
+
+
+def test_stored_feedback_is_what_the_chapters_and_checks_give(tmp_path):
+    """data/feedback/ (the students' instant feedback without the checks) is regenerated from the chapters'
+    solutions and the checks; a change to either without `python -m attention_book.course feedback chapters`
+    fails here."""
+    from attention_book.course import feedback
+
+    written = feedback.record(NOTEBOOKS[0].parent, tmp_path)
+    assert sorted(p.name for p in written) == sorted(p.name for p in feedback.FOLDER.glob("*.json"))
+    for path in written:
+        assert path.read_text() == (feedback.FOLDER / path.name).read_text(), f"{path.name} is stale"
+
+
+TYPE_ONLY = {"ch1.encode"}  # WRONG differs in type only (a list for a tensor): the replay compares values
+
+
+@pytest.fixture
+def student_install(monkeypatch):
+    """`check` as in the package students install, which leaves out attention_book.course.checks."""
+    from attention_book.course import feedback
+
+    monkeypatch.setattr(feedback, "_full_checks", lambda: None)
+    return feedback
+
+
+@pytest.mark.parametrize(("chapter", "label", "solution", "name", "function"), GRADED, ids=lambda v: str(v)[:30])
+def test_without_the_checks_instant_feedback_still_works(student_install, chapter, label, solution, name, function,
+                                                          capsys):
+    """The reference passes with the very message the chapters print, the stub fails with its hint, and the
+    wrong answer of WRONG fails saying where."""
+    from attention_book.course import check
+
+    reference = define(solution, function)
+    capsys.readouterr()
+    check(name, reference)
+    assert capsys.readouterr().out == f"✓ {name}: passed on {grader.CASES} random cases\n"
+    stub = student_install.evaluate(name, define(assignments.stub(solution), function))
+    assert not stub.passed and stub.message.startswith("not implemented yet. Hint:")
+    if name in TYPE_ONLY:
+        return
+    wrong = student_install.evaluate(name, WRONG[name][0])
+    assert not wrong.passed and re.match(r"case \d+ of \d+, inputs \(|your function raised", wrong.message), wrong.message
+    with pytest.raises(ValueError, match="needs the grader's checks"):
+        student_install.evaluate(name, reference, seed=1)
+
+
+def test_the_package_students_install_leaves_the_checks_out(tmp_path):
+    """The wheel (what `pip install "attention-book @ git+..."` installs) has the stored feedback and no
+    reference answers."""
+    import subprocess
+    import sys
+    import zipfile
+    from pathlib import Path
+
+    import shutil
+
+    root, source = Path(__file__).resolve().parents[1], tmp_path / "source"  # a copy: no stale build/ folder
+    shutil.copytree(root / "src", source / "src", ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, source / name)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                            str(tmp_path), str(source)], capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr[-2000:]
+    names = zipfile.ZipFile(next(tmp_path.glob("*.whl"))).namelist()
+    assert "attention_book/course/feedback.py" in names and "attention_book/data/feedback/ch5.json" in names
+    assert not [n for n in names if "course/checks" in n], "the grader's checks are in the students' package"

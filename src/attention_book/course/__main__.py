@@ -3,6 +3,7 @@
     python -m attention_book.course student chapters/ _build/student/         # student notebooks
     python -m attention_book.course grade submissions/ grades/                 # sandboxed grading
     python -m attention_book.course course chapters/ _build/course/            # nbgrader's course folder
+    python -m attention_book.course feedback chapters/                         # students' instant feedback
 """
 
 import argparse
@@ -37,10 +38,19 @@ def main(argv=None) -> None:
                             "can then read the teacher's files, use the network and signal the teacher's processes")
     grade.add_argument("--hide", type=Path, action="append", default=[],
                        help="a folder inside the Python installation the submissions must not see")
+    feedback = commands.add_parser("feedback", help="store the students' instant feedback (seed 0's cases and the "
+                                     "chapters' answers) in the package's data/feedback/")
+    feedback.add_argument("chapters", type=Path)
     course = commands.add_parser("course", help="write nbgrader's course folder (source/<chapter>/, nbgrader_config.py)")
     course.add_argument("chapters", type=Path)
     course.add_argument("out", type=Path)
     args = parser.parse_args(argv)
+    if args.command == "feedback":
+        from .feedback import record
+
+        for path in record(args.chapters):
+            print(path)
+        return
     if args.command in ("student", "course"):
         if not args.chapters.is_dir():
             sys.exit(f"{args.chapters} is not a folder of chapter notebooks")

@@ -16,24 +16,14 @@ function name and the forbidden tuple, and name the same dotted names in the exe
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from ..feedback import Result
 from . import ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09
 from .common import CASES, Check
 from .ch09 import rope_half_reference
 
 CHAPTERS = (ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09)
 CHECKS: dict[str, Check] = {name: entry for chapter in CHAPTERS for name, entry in chapter.CHECKS.items()}
-
-
-@dataclass
-class Result:
-    exercise: str
-    passed: bool
-    message: str
-
-    def __str__(self) -> str:
-        return f"{'✓' if self.passed else '✗'} {self.exercise}: {self.message}"
 
 
 class StudentRaised(Exception):
