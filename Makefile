@@ -25,12 +25,22 @@ install: $(STAMP)
 book: $(STAMP)
 	rm -rf _build
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
-	$(MAKE) --no-print-directory student
 	@echo "The book is at file://$(CURDIR)/_build/html/index.html"
 
-# Student notebooks for a course: solutions stubbed, outputs cleared (see the README, "For teachers").
+# A course's student edition (README, "For teachers"): _build/student/notebooks/ (solutions stubbed, outputs
+# cleared) and the HTML book with every solution removed, in _build/student/book/_build/html. STUDENT_REPOSITORY
+# (a GitHub URL; STUDENT_BRANCH, STUDENT_PATH) is where you publish _build/student/book/: its Colab buttons then
+# open the student notebooks there; without it the edition has no Colab or repository buttons.
+STUDENT_REPOSITORY ?=
+STUDENT_BRANCH ?= main
+STUDENT_PATH ?=
 student: $(STAMP)
-	$(BIN)/python -m attention_book.course student chapters _build/student
+	rm -rf _build/student
+	$(BIN)/python -m attention_book.course student chapters _build/student/notebooks
+	$(BIN)/python -m attention_book.course edition . _build/student/book --branch "$(STUDENT_BRANCH)" \
+	  --path-to-book "$(STUDENT_PATH)" $(if $(STUDENT_REPOSITORY),--repository "$(STUDENT_REPOSITORY)")
+	$(BIN)/jupyter-book build _build/student/book --warningiserror --nitpick --keep-going
+	@echo "The student edition is at file://$(CURDIR)/_build/student/book/_build/html/index.html"
 
 # nbgrader's course folder: one assignment per chapter with its graded exercises (README, "For teachers").
 course: $(STAMP)

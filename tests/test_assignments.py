@@ -308,3 +308,30 @@ def test_the_package_students_install_leaves_the_checks_out(tmp_path):
     names = zipfile.ZipFile(next(tmp_path.glob("*.whl"))).namelist()
     assert "attention_book/course/feedback.py" in names and "attention_book/data/feedback/ch5.json" in names
     assert not [n for n in names if "course/checks" in n], "the grader's checks are in the students' package"
+
+
+def test_the_student_edition_has_no_solutions_and_its_buttons_open_student_notebooks(tmp_path):
+    """The book's student edition: no solution code or written solution anywhere (removed, not folded), the
+    other cells' outputs kept, and its repository (hence Colab) buttons point at where the teacher publishes
+    it, or are removed when there is no such place."""
+    root = NOTEBOOKS[0].parent.parent
+    edition = tmp_path / "edition"
+    written = assignments.make_student_edition(root, edition, "https://github.com/teacher/course", "spring",
+                                               "book")
+    assert sorted(p.name for p in written) == sorted(p.name for p in NOTEBOOKS)
+    for path in NOTEBOOKS:
+        student = nbformat.read(edition / "chapters" / path.name, as_version=4)
+        text = "\n".join(c.source for c in student.cells)
+        assert "{solution" not in text, f"{path.name}: a solution leaked"
+        for _, solution, _, _ in solution_cells(path):
+            assert solution.split('"""')[-1].strip() not in text
+        teacher = nbformat.read(path, as_version=4)
+        kept = sum(bool(c.get("outputs")) for c in student.cells if c.cell_type == "code")
+        assert kept >= sum(bool(c.get("outputs")) for c in teacher.cells if c.cell_type == "code") - len(
+            solution_cells(path)), f"{path.name}: outputs of cells other than solutions were dropped"
+    config = (edition / "_config.yml").read_text()
+    assert "url: https://github.com/teacher/course" in config and 'path_to_book: "book"' in config
+    assert "branch: spring" in config and "attention-from-scratch/attention-book" not in config
+    bare = assignments.make_student_edition(root, tmp_path / "bare")
+    config = (tmp_path / "bare" / "_config.yml").read_text()
+    assert 'colab_url: ""' in config and "use_repository_button: false" in config and bare

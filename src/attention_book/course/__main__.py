@@ -1,6 +1,7 @@
 """The course command (README, "For teachers"):
 
     python -m attention_book.course student chapters/ _build/student/         # student notebooks
+    python -m attention_book.course edition . _build/student/book/            # the book's student edition
     python -m attention_book.course grade submissions/ grades/                 # sandboxed grading
     python -m attention_book.course course chapters/ _build/course/            # nbgrader's course folder
     python -m attention_book.course feedback chapters/                         # students' instant feedback
@@ -21,6 +22,13 @@ def main(argv=None) -> None:
     student = commands.add_parser("student", help="write student notebooks (solutions stubbed)")
     student.add_argument("chapters", type=Path)
     student.add_argument("out", type=Path)
+    edition = commands.add_parser("edition", help="write the sources of the book's student edition (solutions removed)")
+    edition.add_argument("book", type=Path, help="the book's folder (this repository)")
+    edition.add_argument("out", type=Path)
+    edition.add_argument("--repository", default=None,
+                         help="GitHub URL where you publish the edition: its Colab buttons open the student notebooks")
+    edition.add_argument("--branch", default="main")
+    edition.add_argument("--path-to-book", default="", help="the edition's folder in that repository")
     grade = commands.add_parser("grade", help="grade submitted notebooks in sandboxes; write the grade files")
     grade.add_argument("submissions", type=Path,
                        help="one folder per student (nbgrader's submitted/ works), or one notebook per student")
@@ -49,6 +57,12 @@ def main(argv=None) -> None:
         from .feedback import record
 
         for path in record(args.chapters):
+            print(path)
+        return
+    if args.command == "edition":
+        from .notebooks import make_student_edition
+
+        for path in make_student_edition(args.book, args.out, args.repository, args.branch, args.path_to_book):
             print(path)
         return
     if args.command in ("student", "course"):
