@@ -38,7 +38,9 @@ FILE_MB = 64  # largest file the child may write
 MESSAGE_MB = 16  # largest answer the grader reads from the child
 ROOT = Path(__file__).resolve().parents[2]  # the folder that holds the attention_book package
 CHECKS = ROOT / "attention_book" / "course" / "checks"  # the references: never visible to a submission
-WORKER = f"import sys; sys.path.insert(0, {str(ROOT)!r}); from attention_book.course.worker import main; main()"
+# RLIMIT_NPROC is set by the worker inside its user namespace, where it counts that namespace's processes
+# only; set before, it would count every process of the teacher's (and root is never bound by it).
+WORKER = f"import sys; sys.path.insert(0, {str(ROOT)!r}); from attention_book.course.worker import main; main(%s)"
 ENVIRONMENT = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1",
                "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
 _PROBED: dict[str, str | None] = {}
@@ -262,8 +264,6 @@ def _limits(seconds: float, memory_mb: int, cgroup: "Cgroup | None"):
         cpu = int(seconds) + 5
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if os.getuid() != 0:  # the kernel does not apply it to root; inside the user namespace it counts its own
-            resource.setrlimit(resource.RLIMIT_NPROC, (PROCESSES, PROCESSES))
     return apply
 
 
@@ -293,7 +293,8 @@ class Sandbox:
             env = {**ENVIRONMENT, "HOME": self.scratch, "TMPDIR": self.scratch}
         else:
             prefix, env = bwrap_prefix(Path(self.scratch), hidden), {}
-        self.process = subprocess.Popen([*prefix, sys.executable, "-I", "-c", WORKER], stdin=subprocess.PIPE,
+        processes = None if weak or os.getuid() == 0 else PROCESSES
+        self.process = subprocess.Popen([*prefix, sys.executable, "-I", "-c", WORKER % processes], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=self.scratch, env=env,
                                         start_new_session=True, preexec_fn=_limits(timeout, memory_mb, self.cgroup))
         self.buffer = b""

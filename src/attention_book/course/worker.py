@@ -160,8 +160,13 @@ def _serve_exercise(requests, channel, request) -> None:
                                                                 f"graded: {error}"})
 
 
-def main() -> None:
-    """Serve the grader's requests on the original stdin/stdout; the submission's own output goes to a log."""
+def main(processes: int | None = None) -> None:
+    """Serve the grader's requests on the original stdin/stdout; the submission's own output goes to a log.
+    `processes` bounds the processes of this user namespace (RLIMIT_NPROC, set here, inside it)."""
+    if processes is not None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NPROC, (processes, processes))
     fd = os.dup(0)
     channel = os.fdopen(os.dup(1), "w")
     log = os.open("output.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
