@@ -10,7 +10,7 @@ export TF_CPP_MIN_LOG_LEVEL := 3
 export TF_ENABLE_ONEDNN_OPTS := 0
 export PYTHONHASHSEED := 0
 
-.PHONY: install book student course test lint unit notebooks portability browser chromium clean
+.PHONY: install book student course test lint unit notebooks portability browser chromium bwrap nbgrader clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,23 +25,40 @@ install: $(STAMP)
 book: $(STAMP)
 	rm -rf _build
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
-	$(MAKE) --no-print-directory student
 	@echo "The book is at file://$(CURDIR)/_build/html/index.html"
 
-# Student notebooks for a course: solutions stubbed, outputs cleared (see the README, "For teachers").
+# A course's student edition (README, "For teachers"): _build/student/notebooks/ (solutions stubbed, outputs
+# cleared) and the HTML book with every solution removed, in _build/student/book/_build/html. STUDENT_REPOSITORY
+# (a GitHub URL; STUDENT_BRANCH, STUDENT_PATH) is where you publish _build/student/book/: its Colab buttons then
+# open the student notebooks there; without it the edition has no Colab or repository buttons.
+STUDENT_REPOSITORY ?=
+STUDENT_BRANCH ?= main
+STUDENT_PATH ?=
 student: $(STAMP)
-	$(BIN)/python -m attention_book.assignments student chapters _build/student
+	rm -rf _build/student
+	$(BIN)/python -m attention_book.course student chapters _build/student/notebooks
+	$(BIN)/python -m attention_book.course edition . _build/student/book --branch "$(STUDENT_BRANCH)" \
+	  --path-to-book "$(STUDENT_PATH)" $(if $(STUDENT_REPOSITORY),--repository "$(STUDENT_REPOSITORY)")
+	$(BIN)/jupyter-book build _build/student/book --warningiserror --nitpick --keep-going
+	@echo "The student edition is at file://$(CURDIR)/_build/student/book/_build/html/index.html"
 
 # nbgrader's course folder: one assignment per chapter with its graded exercises (README, "For teachers").
 course: $(STAMP)
 	rm -rf _build/course
-	$(BIN)/python -m attention_book.assignments course chapters _build/course
+	$(BIN)/python -m attention_book.course course chapters _build/course
+
+# nbgrader's commands in the course folder, with the virtual environment's tools on PATH (nbgrader runs
+# `alembic` as a program): make nbgrader ARGS="generate_assignment 05_causal_attention" (README, "For teachers").
+COURSE ?= _build/course
+nbgrader: $(STAMP)
+	cd $(COURSE) && PATH="$(CURDIR)/$(BIN):$$PATH" "$(CURDIR)/$(BIN)/nbgrader" $(ARGS)
 
 # ruff over the package, tests, benchmarks and the notebooks' code cells (rules in pyproject.toml).
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-unit: $(STAMP)
+# bwrap: the grader's sandbox (tests/test_grading.py grades in it).
+unit: $(STAMP) bwrap
 	$(BIN)/python -m pytest tests --ignore=tests/browser
 
 # CHAPTERS: the notebooks nbval re-runs (all by default; e.g. `make portability CHAPTERS=chapters/07_kv_cache.ipynb`).
@@ -106,6 +123,13 @@ chromium:
 	@command -v chromium >/dev/null || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends chromium fonts-noto-cjk; }
+
+# bubblewrap, the sandbox the course grader builds each submission's view of the machine with (README,
+# "For teachers"), from the OS's packages like chromium.
+bwrap:
+	@command -v bwrap >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends bubblewrap; }
 
 test: lint unit notebooks book browser
 

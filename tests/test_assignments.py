@@ -203,3 +203,135 @@ def test_stub_keeps_imports_signature_and_docstring():
         'def f(a, b=2):\n    """Doc."""\n    raise NotImplementedError(\'think.\')'
     with pytest.raises(ValueError, match="must start with a '# Hint: ...' line"):
         assignments.stub("def f():\n    return 1\n")
+
+
+def test_checks_live_one_module_per_chapter_and_name_what_they_forbid():
+    """`course/checks/chNN.py` registers only chapter NN's exercises; every forbidden name is a dotted path
+    to something that exists (a typo would forbid nothing)."""
+    import importlib
+
+    for number, module in enumerate(checks.CHAPTERS, 1):
+        assert module.__name__.endswith(f".ch{number:02d}")
+        assert module.CHECKS and all(name.startswith(f"ch{number}.") for name in module.CHECKS), module.__name__
+    for name, entry in checks.CHECKS.items():
+        assert isinstance(entry.forbidden, tuple), name
+        for dotted in entry.forbidden:
+            owner, attribute = dotted.rsplit(".", 1)
+            parts = owner.split(".")
+            for split in range(len(parts), 0, -1):  # the longest importable prefix, then attributes
+                try:
+                    target = importlib.import_module(".".join(parts[:split]))
+                except ImportError:
+                    continue
+                for part in parts[split:]:
+                    target = getattr(target, part)
+                break
+            assert callable(getattr(target, attribute)), f"{name}: {dotted} is not callable"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name[:2])
+def test_every_graded_exercise_names_what_it_may_not_call(path):
+    """COORD rule 3 (issue 33): the exercise's markdown has a "Write it yourself" line naming every dotted
+    name of its check's forbidden tuple, so the student reads what the grader switches off."""
+    from attention_book.course import export
+
+    for exercise in export.graded_exercises(nbformat.read(path, as_version=4)):
+        forbidden = checks.CHECKS[exercise["name"]].forbidden
+        if forbidden:
+            assert "**Write it yourself:**" in exercise["text"], exercise["label"]
+        missing = [name for name in forbidden if f"`{name}`" not in exercise["text"]]
+        assert not missing, f"{path.name}, exercise {exercise['label']}: its markdown does not name {missing}"
+
+
+def test_stored_feedback_is_what_the_chapters_and_checks_give(tmp_path):
+    """data/feedback/ (the students' instant feedback without the checks) is regenerated from the chapters'
+    solutions and the checks; a change to either without `python -m attention_book.course feedback chapters`
+    fails here."""
+    from attention_book.course import feedback
+
+    written = feedback.record(NOTEBOOKS[0].parent, tmp_path)
+    assert sorted(p.name for p in written) == sorted(p.name for p in feedback.FOLDER.glob("*.json"))
+    for path in written:
+        assert path.read_text() == (feedback.FOLDER / path.name).read_text(), f"{path.name} is stale"
+
+
+TYPE_ONLY = {"ch1.encode"}  # WRONG differs in type only (a list for a tensor): the replay compares values
+
+
+@pytest.fixture
+def student_install(monkeypatch):
+    """`check` as in the package students install, which leaves out attention_book.course.checks."""
+    from attention_book.course import feedback
+
+    monkeypatch.setattr(feedback, "_full_checks", lambda: None)
+    return feedback
+
+
+@pytest.mark.parametrize(("chapter", "label", "solution", "name", "function"), GRADED, ids=lambda v: str(v)[:30])
+def test_without_the_checks_instant_feedback_still_works(student_install, chapter, label, solution, name, function,
+                                                          capsys):
+    """The reference passes with the very message the chapters print, the stub fails with its hint, and the
+    wrong answer of WRONG fails saying where."""
+    from attention_book.course import check
+
+    reference = define(solution, function)
+    capsys.readouterr()
+    check(name, reference)
+    assert capsys.readouterr().out == f"✓ {name}: passed on {grader.CASES} random cases\n"
+    stub = student_install.evaluate(name, define(assignments.stub(solution), function))
+    assert not stub.passed and stub.message.startswith("not implemented yet. Hint:")
+    if name in TYPE_ONLY:
+        return
+    wrong = student_install.evaluate(name, WRONG[name][0])
+    assert not wrong.passed and re.match(r"case \d+ of \d+, inputs \(|your function raised", wrong.message), wrong.message
+    with pytest.raises(ValueError, match="needs the grader's checks"):
+        student_install.evaluate(name, reference, seed=1)
+
+
+def test_the_package_students_install_leaves_the_checks_out(tmp_path):
+    """The wheel (what `pip install "attention-book @ git+..."` installs) has the stored feedback and no
+    reference answers."""
+    import subprocess
+    import sys
+    import zipfile
+    from pathlib import Path
+
+    import shutil
+
+    root, source = Path(__file__).resolve().parents[1], tmp_path / "source"  # a copy: no stale build/ folder
+    shutil.copytree(root / "src", source / "src", ignore=shutil.ignore_patterns("*.egg-info", "__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, source / name)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                            str(tmp_path), str(source)], capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr[-2000:]
+    names = zipfile.ZipFile(next(tmp_path.glob("*.whl"))).namelist()
+    assert "attention_book/course/feedback.py" in names and "attention_book/data/feedback/ch5.json" in names
+    assert not [n for n in names if "course/checks" in n], "the grader's checks are in the students' package"
+
+
+def test_the_student_edition_has_no_solutions_and_its_buttons_open_student_notebooks(tmp_path):
+    """The book's student edition: no solution code or written solution anywhere (removed, not folded), the
+    other cells' outputs kept, and its repository (hence Colab) buttons point at where the teacher publishes
+    it, or are removed when there is no such place."""
+    root = NOTEBOOKS[0].parent.parent
+    edition = tmp_path / "edition"
+    written = assignments.make_student_edition(root, edition, "https://github.com/teacher/course", "spring",
+                                               "book")
+    assert sorted(p.name for p in written) == sorted(p.name for p in NOTEBOOKS)
+    for path in NOTEBOOKS:
+        student = nbformat.read(edition / "chapters" / path.name, as_version=4)
+        text = "\n".join(c.source for c in student.cells)
+        assert "{solution" not in text, f"{path.name}: a solution leaked"
+        for _, solution, _, _ in solution_cells(path):
+            assert solution.split('"""')[-1].strip() not in text
+        teacher = nbformat.read(path, as_version=4)
+        kept = sum(bool(c.get("outputs")) for c in student.cells if c.cell_type == "code")
+        assert kept >= sum(bool(c.get("outputs")) for c in teacher.cells if c.cell_type == "code") - len(
+            solution_cells(path)), f"{path.name}: outputs of cells other than solutions were dropped"
+    config = (edition / "_config.yml").read_text()
+    assert "url: https://github.com/teacher/course" in config and 'path_to_book: "book"' in config
+    assert "branch: spring" in config and "attention-from-scratch/attention-book" not in config
+    bare = assignments.make_student_edition(root, tmp_path / "bare")
+    config = (tmp_path / "bare" / "_config.yml").read_text()
+    assert 'colab_url: ""' in config and "use_repository_button: false" in config and bare

@@ -1,4 +1,4 @@
-"""Sandboxed grading (issue 20): no submission decides its own grade and none can stop the others.
+"""Sandboxed grading (issues 20 and 33): no submission decides its own grade and none can stop the others.
 
 One class is graded once: the honest solutions, the untouched stubs and every cheat the issue names,
 each as its own student. A cheat is the reference chapter with the solution cell of its first graded
@@ -11,15 +11,17 @@ import json
 import os
 import re
 import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
 import pytest
 import torch
 
-from attention_book import assignments
-from attention_book.course import grading, sandbox, wire
+from attention_book.course import checks, grading, sandbox, wire
+from attention_book.course.__main__ import main as course_command
 from attention_book.course.notebooks import make_student_notebooks
 from conftest import NOTEBOOKS
 
@@ -47,18 +49,34 @@ CHEATS = {
                       "        os.write(fd, b'{\"defined\": true}\\n{\"value\": true}\\n')\n    except OSError:\n        pass\n\n\n"
                       "def causal_mask_by_hand(T):\n    return {'passed': True}\n",
     "monkeypatches_checks": "import numpy\nimport numpy.testing\nimport torch\nimport torch.testing\n\n"
-                            "import attention_book.grader as grader\nfrom attention_book.course import checks\n\n"
+                            "from attention_book.course import checks\n\n"
                             "torch.testing.assert_close = lambda *a, **k: None\n"
                             "numpy.testing.assert_allclose = lambda *a, **k: None\n"
                             "torch.equal = torch.allclose = lambda *a, **k: True\n"
                             "checks.CHECKS['ch5.causal_mask'] = checks.Check(lambda f, seed: None, 'causal_mask_by_hand')\n"
-                            "grader.evaluate = checks.evaluate = lambda *a, **k: checks.Result(a[0], True, 'passed')\n\n\n"
+                            "checks.evaluate = lambda *a, **k: checks.Result(a[0], True, 'passed')\n\n\n"
                             "def causal_mask_by_hand(T):\n" + WRONG,
     "uses_the_network": "import socket\n\nimport torch\n\n\ndef causal_mask_by_hand(T):\n"
                         "    socket.create_connection(('127.0.0.1', PORT), timeout=2).sendall(b'leak')\n"
                         "    return torch.ones(T, T, dtype=torch.bool).tril()\n",
     "reads_the_grades": "import torch\n\nopen(SCORES).read()\n\n\ndef causal_mask_by_hand(T):\n"
                         "    return torch.ones(T, T, dtype=torch.bool).tril()\n",
+    # issue 33: the package's own version of what the exercise builds
+    "calls_the_reference": "from attention_book.causal import causal_mask\n\n\n"
+                           "def causal_mask_by_hand(T):\n    return causal_mask(T)\n",
+    # issue 33: a solution found on disk (an unhidden built book under /tmp)
+    "copies_from_disk": "found = {}\nexec(open(__BOOK__).read(), found)\n\n\n"
+                        "def causal_mask_by_hand(T):\n    return found['causal_mask_by_hand'](T)\n",
+    # issue 33: a line of JSON nested 100,000 deep on the grader's pipe, then nothing
+    "nests_json": "import os\n\nline = b'[' * 100_000 + b']' * 100_000 + b'\\n'\nfor fd in range(3, 32):\n"
+                  "    try:\n        os.write(fd, line)\n    except OSError:\n        pass\nos._exit(0)\n\n\n"
+                  "def causal_mask_by_hand(T):\n" + WRONG,
+    # issue 33: a Unix socket of the host (Docker's, D-Bus's, ssh-agent's on a teacher's machine)
+    "uses_a_unix_socket": "import socket\n\nimport torch\n\n\ndef causal_mask_by_hand(T):\n"
+                          "    client = socket.socket(socket.AF_UNIX)\n    client.connect(__SOCKET__)\n"
+                          "    client.sendall(b'leak')\n    return torch.ones(T, T, dtype=torch.bool).tril()\n",
+    # issue 33: a file outside the scratch folder, its text returned as feedback
+    "reads_outside": "def causal_mask_by_hand(T):\n    raise ValueError(open(__NOTES__).read())\n",
 }
 if NAMESPACES:  # without a PID namespace this would kill every process of the user, the tests included
     CHEATS["kills_everything"] = "import os\nimport signal\n\nos.kill(-1, signal.SIGKILL)\n\n\n" \
@@ -74,11 +92,21 @@ EXPECTED = {  # student -> (passed, message pattern)
     "kills_itself": ("False", r"stopped: it was killed"),
     "kills_parent": ("False", r"stopped: it was killed|should have shape \(1, 1\), yours has \(\)"),  # its parent: a shell
     "forges_records": ("False", r"stopped: it answered out of turn"),
-    "monkeypatches_checks": ("False", r"your causal mask stops position 0 from seeing position 0 \(itself\)"),
+    "monkeypatches_checks": ("False", r"your causal mask stops position 0 from seeing position 0 \(itself\)|"
+                                      r"your solution cell raised (AttributeError|ImportError|ModuleNotFoundError)"),
     "uses_the_network": ("False", r"your function raised (OSError|ConnectionRefusedError|PermissionError)"),
     "reads_the_grades": ("False", r"your solution cell raised (PermissionError|FileNotFoundError)"),
-    "kills_everything": ("False", r"stopped: it was killed|raised ProcessLookupError"),  # nothing else to kill
+    "kills_everything": ("False", r"stopped: it (was killed|exited)|raised (ProcessLookupError|NameError)"),  # nothing else to kill
+    "calls_the_reference": ("False", r"raised ForbiddenCall: this exercise asks you to write causal_mask yourself"),
+    "copies_from_disk": ("False", r"your solution cell raised FileNotFoundError"),
+    "nests_json": ("False", r"stopped: it (wrote something that is not an answer|answered out of turn)"),
+    "uses_a_unix_socket": ("False", r"your function raised (FileNotFoundError|ConnectionRefusedError|PermissionError)"),
+    "reads_outside": ("False", r"your function raised FileNotFoundError"),
+    "links_a_notebook": ("False", r"refused: .* is a symbolic link; submit the notebook itself"),
+    "links_a_folder": ("False", r"refused: .* is a symbolic link; submit the notebook itself"),
 }
+SECRET = "the teacher's private notes"
+REFUSED = {"links_a_notebook", "links_a_folder"}
 
 
 @pytest.fixture(scope="module")
@@ -93,24 +121,42 @@ def graded(tmp_path_factory):
     listener = socket.create_server(("127.0.0.1", 0))
     listener.settimeout(0.1)
     forged = root / "grades.jsonl"
+    book, notes = root / "built_book" / "solutions.py", root / "teacher_notes.txt"
+    book.parent.mkdir()
+    book.write_text("import torch\n\n\ndef causal_mask_by_hand(T):\n    return torch.ones(T, T, dtype=torch.bool).tril()\n")
+    notes.write_text(SECRET)
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(str(root / "agent.sock"))
+    unix.listen()
+    unix.settimeout(0.1)
     os.environ["ATTENTION_BOOK_GRADES"] = str(forged)  # as the old grader set it: a cheat looks for it
     for name, source in {"honest": None, "stub": None, **CHEATS}.items():
         notebook = nbformat.read(stub if name == "stub" else teacher, as_version=4)
         if source is not None:
-            source = source.replace("PORT", str(listener.getsockname()[1])).replace("SCORES", repr(str(grades / "scores.csv")))
+            for name_, value in {"PORT": str(listener.getsockname()[1]), "SCORES": repr(str(grades / "scores.csv")),
+                                 "__BOOK__": repr(str(book)), "__NOTES__": repr(str(notes)),
+                                 "__SOCKET__": repr(str(root / "agent.sock"))}.items():
+                source = source.replace(name_, value)
             cell = next(c for c in notebook.cells if c.cell_type == "code" and "def causal_mask_by_hand(" in c.source)
             cell.source = source
         (submissions / name).mkdir(parents=True)
         nbformat.write(notebook, submissions / name / CHAPTER)
+    (submissions / "links_a_notebook").mkdir()
+    (submissions / "links_a_notebook" / CHAPTER).symlink_to(teacher)  # the teacher's chapter, solutions and all
+    (submissions / "links_a_folder").symlink_to(submissions / "honest", target_is_directory=True)
     try:
-        assignments.main(["grade", str(submissions), str(grades), "--timeout", "8", "--memory", "1024"])
+        course_command(["grade", str(submissions), str(grades), "--timeout", "60", "--exercise-timeout", "6",
+                        "--memory", "1024",
+                        *([] if NAMESPACES else ["--weak"])])
     finally:
         del os.environ["ATTENTION_BOOK_GRADES"]
-    try:
-        received = listener.accept()[0].recv(16)
-    except OSError:
-        received = b""
-    listener.close()
+    received = b""
+    for server in (listener, unix):
+        try:
+            received += server.accept()[0].recv(16)
+        except OSError:
+            pass
+        server.close()
     with open(grades / "results.csv") as file:
         results = {(row["student"], row["exercise"]): row for row in csv.DictReader(file)}
     with open(grades / "scores.csv") as file:
@@ -125,19 +171,20 @@ EXERCISES = ["ch5.causal_mask", "ch5.offset_causal_mask", "ch5.causal_attention"
 def test_each_submission_gets_what_it_earned_with_the_reason(graded, student):
     if student == "kills_everything" and not NAMESPACES:
         pytest.skip("needs a PID namespace (unshare)")
-    if student in ("uses_the_network", "reads_the_grades") and not NAMESPACES:
-        pytest.skip("network and file isolation need Linux namespaces (unshare)")
+    if student in ("uses_the_network", "reads_the_grades", "uses_a_unix_socket", "reads_outside", "copies_from_disk") \
+            and not NAMESPACES:
+        pytest.skip("network and file isolation need the allow-list sandbox (bubblewrap)")
     results, scores, _, _ = graded
     passed, message = EXPECTED[student]
     first = results[(student, "ch5.causal_mask")]
     assert first["passed"] == passed, first
     assert re.search(message, first["message"]), first["message"]
     others = [results[(student, name)] for name in EXERCISES[1:]]
-    if student == "stub":
-        assert all(r["message"].startswith("not implemented yet. Hint:") for r in others)
+    if student in REFUSED:  # nothing of it is read
+        assert all(re.search(message, r["message"]) for r in others)
         assert scores[student] == ("0", "3")
-    elif student == "loops_forever":  # the notebook's time is spent
-        assert all(r["message"].endswith("stopped: time limit reached") for r in others)
+    elif student == "stub":
+        assert all(r["message"].startswith("not implemented yet. Hint:") for r in others)
         assert scores[student] == ("0", "3")
     else:  # the other exercises, honest, are graded as usual
         assert all(r["passed"] == "True" for r in others), others
@@ -145,18 +192,18 @@ def test_each_submission_gets_what_it_earned_with_the_reason(graded, student):
 
 
 def test_without_namespaces_the_worker_is_still_not_the_graders_child(monkeypatch):
-    monkeypatch.setitem(sandbox._NAMESPACES, "why", "pretend: no unshare")
-    with sandbox.Sandbox(timeout=20) as child:
+    with sandbox.Sandbox(timeout=20, weak=True) as child:
         child.define("import os\n\n\ndef parent():\n    return os.getppid()\n", "parent")
         assert child.call() not in (os.getpid(), 0)
 
 
 def test_everyone_is_graded_and_nothing_leaks(graded):
     results, scores, forged, received = graded
-    assert set(scores) == {"honest", "stub", *CHEATS}, "a submission stopped the grading of others"
+    assert set(scores) == {"honest", "stub", *CHEATS, *REFUSED}, "a submission stopped the grading of others"
     assert not forged.exists(), "the sandbox saw the grader's environment"
     if NAMESPACES:
-        assert received == b"", "a submission reached the network"
+        assert received == b"", "a submission reached the network or a Unix socket of the host"
+        assert not any(SECRET in row["message"] for row in results.values()), "a file outside the sandbox was read"
 
 
 def test_a_notebook_without_the_function_or_readable_json_scores_zero(tmp_path):
@@ -177,8 +224,7 @@ def test_the_sandbox_environment_holds_nothing_of_the_graders(monkeypatch):
         child.define("import os\n\n\ndef environment():\n    return dict(os.environ), os.getcwd()\n", "environment")
         environment, cwd = child.call()
     assert "TEACHER_SECRET" not in environment and "ATTENTION_BOOK_GRADES" not in environment
-    assert set(environment) <= {"PATH", "HOME", "TMPDIR", "LANG", "PYTHONHASHSEED", "OMP_NUM_THREADS",
-                                "TF_CPP_MIN_LOG_LEVEL", "LC_CTYPE", "PWD", "SHLVL", "_"}  # the last three: sh's
+    assert set(environment) <= {*sandbox.ENVIRONMENT, "HOME", "TMPDIR", "LC_CTYPE", "PWD", "SHLVL", "_"}  # the last three: sh's
     assert environment["HOME"] == cwd and cwd.startswith(("/tmp", os.environ.get("TMPDIR", "/tmp")))
 
 
@@ -208,8 +254,8 @@ def test_isolation_is_described():
 
 @pytest.mark.skipif(sandbox.isolation() is not None, reason="needs user namespaces (Linux)")
 def test_a_submission_can_write_only_its_scratch_folder(tmp_path):
-    """The grader's own code, the teacher's files and other folders are read-only to the child; its scratch
-    folder is not. (Without this, one submission could rewrite the grader for everyone graded after it.)"""
+    """The teacher's files do not exist for the child, the grader's own code is read-only; its scratch
+    folder is writable. (Without this, one submission could rewrite the grader for everyone graded after it.)"""
     victim = tmp_path / "teachers_file.txt"
     victim.write_text("untouched")
     grader_code = Path(sandbox.__file__)
@@ -221,7 +267,282 @@ def test_a_submission_can_write_only_its_scratch_folder(tmp_path):
     with sandbox.Sandbox(timeout=20) as child:
         child.define(source, "attempt")
         results = child.call([str(victim), str(grader_code), "own_file.txt"])
-    assert results[:2] == ["OSError 30", "OSError 30"], results  # EROFS: read-only file system
+    assert results[:2] == ["FileNotFoundError 2", "OSError 30"], results  # not there at all; EROFS: read-only
     assert results[2] == "written"
     assert victim.read_text() == "untouched" and "tampered" not in grader_code.read_text()
 
+
+
+# Issue 33: every exercise's own reference, called instead of written, scores nothing.
+CALLS_THE_REFERENCE = {
+    "ch1.vocab": "from attention_book.tokens import build_vocab\n\n\ndef build_vocab_by_hand(sentence):\n"
+                 "    return build_vocab(sentence)\n",
+    "ch1.encode": "from attention_book.tokens import encode\n\n\ndef encode_by_hand(sentence, vocab):\n"
+                  "    return encode(sentence, vocab)\n",
+    "ch1.embed": "import torch.nn.functional as F\n\n\ndef embed_by_hand(ids, table):\n    return F.embedding(ids, table)\n",
+    "ch2.attention": "import torch.nn.functional as F\n\n\ndef attention_by_hand(q, k, v):\n"
+                     "    return F.scaled_dot_product_attention(q[None], k[None], v[None])[0]\n",
+    "ch2.attention_weights": "from attention_book.attention import attention_weights\n\n\n"
+                             "def attention_weights_by_hand(q, k):\n    return attention_weights(q, k)\n",
+    "ch2.self_attention": "from attention_book import scaled_dot_product_attention as sdpa\n\n\n"
+                          "def self_attention_by_hand(x, W_q, W_k, W_v):\n    return sdpa(x @ W_q, x @ W_k, x @ W_v)[0]\n",
+    "ch3.split_heads": "from types import SimpleNamespace\n\nfrom attention_book.multihead import MultiHeadAttention\n\n\n"
+                       "def split_heads_by_hand(x, H):\n    layer = SimpleNamespace(num_heads=H, head_dim=x.shape[-1] // H)\n"
+                       "    return MultiHeadAttention.split_heads(layer, x)\n",
+    "ch3.merge_heads": "from attention_book.multihead import MultiHeadAttention\n\n\ndef merge_heads_by_hand(x):\n"
+                       "    return MultiHeadAttention.merge_heads(None, x)\n",
+    "ch3.mask_to_sdpa": "from attention_book import mask_from_torch\n\n\ndef mask_to_sdpa(attn_mask, key_padding_mask):\n"
+                        "    return mask_from_torch(attn_mask, key_padding_mask) == 0\n",
+    "ch4.cross_attention": "import torch.nn.functional as F\n\n\ndef cross_attention_by_hand(target, source, W_q, W_k, W_v):\n"
+                           "    q, k, v = target @ W_q, source @ W_k, source @ W_v\n"
+                           "    return F.scaled_dot_product_attention(q[None], k[None], v[None])[0]\n",
+    "ch4.padded_attention": "import torch\nimport torch.nn.functional as F\n\n\n"
+                            "def padded_attention_by_hand(q, k, v, lengths):\n"
+                            "    mask = torch.arange(k.shape[1]) < lengths[:, None]\n"
+                            "    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, :])\n",
+    "ch5.causal_mask": "from attention_book.causal import causal_mask\n\n\ndef causal_mask_by_hand(T):\n"
+                       "    return causal_mask(T)\n",
+    "ch5.offset_causal_mask": "import attention_book as ab\n\n\ndef offset_causal_mask_by_hand(T, S):\n"
+                              "    return ab.causal_mask(T, S)\n",
+    "ch5.causal_attention": "import torch.nn.functional as F\n\n\ndef causal_attention_by_hand(q, k, v):\n"
+                            "    return F.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=True)[0]\n",
+    "ch6.keras_projection": "from attention_book.keras_decoder import project\n\n\n"
+                            "def keras_projection(x, kernel, bias):\n    return project(x, kernel, bias)\n",
+    "ch6.kernel_to_linear": "from attention_book.multihead import keras_attention_map\n\n\n"
+                            "def kernel_to_linear(kernel, bias):\n"
+                            "    w = {f'{n}_{p}': a for n in ('query', 'key', 'value') for p, a in (('kernel', kernel), "
+                            "('bias', bias))}\n"
+                            "    w.update(output_kernel=kernel.transpose(1, 2, 0), output_bias=0)\n"
+                            "    linear = keras_attention_map(w)\n    return linear['q_proj.weight'], linear['q_proj.bias']\n",
+    "ch7.cache_size": "from attention_book.kv_cache import kv_cache_bytes\n\n\n"
+                      "def kv_cache_size(layers, kv_heads, head_dim, length, per_value, batch, window):\n"
+                      "    held = length if window is None else min(length, window)\n"
+                      "    return kv_cache_bytes(layers, kv_heads, head_dim, held, per_value, batch=batch)\n",
+    "ch7.ring_slots": "from attention_book.kv_cache import RingKVCache\n\n\ndef ring_slots(length, window):\n"
+                      "    return RingKVCache(window).slot_positions(length)\n",
+    "ch7.decode_step": "import torch\nimport torch.nn.functional as F\n\n\n"
+                       "def decode_step(q, k_new, v_new, k_cache, v_cache):\n"
+                       "    keys, values = torch.cat([k_cache, k_new], -2), torch.cat([v_cache, v_new], -2)\n"
+                       "    return F.scaled_dot_product_attention(q, keys, values), keys, values\n",
+    "ch8.running_max_and_sum": "from attention_book.efficient import online_softmax\n\n\n"
+                               "def running_max_and_sum(x, block):\n    return x.max(), 1 / online_softmax(x, block).max()\n",
+    "ch8.tiled_attention": "from attention_book.efficient import tiled_attention\n\n\n"
+                           "def tiled_attention_by_hand(q, k, v, block):\n"
+                           "    return tiled_attention(q, k, v, block_q=block, block_k=block)\n",
+    "ch9.rope_half": "import torch\n\nfrom attention_book.positions import apply_rope\n\n\ndef rope_half(x):\n"
+                     "    d = x.shape[-1]\n    y = apply_rope(torch.stack([x[:, :d // 2], x[:, d // 2:]], -1).flatten(-2))\n"
+                     "    return torch.cat([y[:, 0::2], y[:, 1::2]], -1)\n",
+    "ch9.previous_token_score": "import torch\n\nfrom attention_book.induction import previous_token_score\n\n\n"
+                                "def previous_token_score_by_hand(q, k):\n    T = q.shape[-2]\n"
+                                "    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5\n"
+                                "    allowed = torch.ones(T, T, dtype=torch.bool).tril()\n"
+                                "    weights = torch.softmax(scores.masked_fill(~allowed, float('-inf')), -1)\n"
+                                "    return previous_token_score(weights[None])\n",
+    "ch9.sinusoidal_shift": "from attention_book.positions import sinusoidal_shift\n\n\n"
+                            "def shift_by_hand(offset, width):\n    return sinusoidal_shift(offset, width)\n",
+}
+
+
+def test_every_forbidden_reference_would_pass_if_allowed():
+    """Not vacuous: called in the kernel, without the sandbox, each of these answers passes its check."""
+    assert set(CALLS_THE_REFERENCE) == {name for name, entry in checks.CHECKS.items() if entry.forbidden}
+    for name, source in CALLS_THE_REFERENCE.items():
+        namespace = {}
+        exec(compile(source, name, "exec"), namespace)  # noqa: S102 - the test's own cheats
+        result = checks.evaluate(name, namespace[checks.CHECKS[name].function])
+        assert result.passed, (name, result.message)
+
+
+@pytest.fixture(scope="module")
+def reference_callers(tmp_path_factory):
+    """One notebook per chapter whose every exercise with a forbidden tuple calls that reference."""
+    root = tmp_path_factory.mktemp("references")
+    for path in NOTEBOOKS:
+        notebook = nbformat.read(path, as_version=4)
+        for name in grading.chapter_exercises(path.name):
+            if name not in CALLS_THE_REFERENCE:
+                continue
+            function = checks.CHECKS[name].function
+            cell = [c for c in notebook.cells if c.cell_type == "code" and f"def {function}(" in c.source][-1]
+            cell.source = CALLS_THE_REFERENCE[name]
+        (root / "submissions" / "cheat").mkdir(parents=True, exist_ok=True)
+        nbformat.write(notebook, root / "submissions" / "cheat" / path.name)
+    course_command(["grade", str(root / "submissions"), str(root / "grades"), "--exercise-timeout", "30",
+                    *([] if NAMESPACES else ["--weak"])])
+    with open(root / "grades" / "results.csv") as file:
+        return {row["exercise"]: row for row in csv.DictReader(file)}
+
+
+@pytest.mark.parametrize("chapter", [int(p.name[:2]) for p in NOTEBOOKS])
+def test_calling_the_reference_scores_zero(reference_callers, chapter):
+    """Each chapter: every exercise answered by calling its forbidden reference gets 0, with the reason; the
+    chapter's other exercises (the book's own solutions) still pass."""
+    names = [name for name in reference_callers if name.startswith(f"ch{chapter}.")]
+    assert any(name in CALLS_THE_REFERENCE for name in names)
+    for name in names:
+        row = reference_callers[name]
+        if name in CALLS_THE_REFERENCE:
+            assert row["passed"] == "False", row
+            assert re.search(r"ForbiddenCall: this exercise asks you to write \w+ yourself", row["message"]), row
+        else:
+            assert row["passed"] == "True", row
+
+
+@pytest.mark.skipif(not NAMESPACES or not sys.platform.startswith("linux"), reason="needs the allow-list sandbox")
+def test_a_mount_point_whose_name_has_a_space_is_not_writable(tmp_path):
+    """/proc/self/mountinfo writes a space as \\040: a sandbox that re-mounts what it reads there read-only
+    misses such a mount point. Here one is made in a mount namespace of the test's own, and the sandbox
+    inside it tries to write there."""
+    spaced = tmp_path / "course files"
+    spaced.mkdir()
+    script = ("import sys\nfrom attention_book.course import sandbox\n"
+              "source = 'def attempt(path):\\n    try:\\n        open(path, \"w\").write(\"x\")\\n        return \"written\"\\n"
+              "    except OSError as error:\\n        return type(error).__name__\\n'\n"
+              "with sandbox.Sandbox(timeout=60) as child:\n    child.define(source, 'attempt')\n"
+              "    print(child.call(sys.argv[1] + '/planted.txt'))\n")
+    run = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
+                          'mount -t tmpfs none "$1" && "$2" -c "$3" "$1"; ls "$1"', "sh", str(spaced), sys.executable,
+                          script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    answer, listing = run.stdout.splitlines()[0], run.stdout.splitlines()[1:]
+    assert answer in ("FileNotFoundError", "OSError", "PermissionError"), run.stdout
+    assert "planted.txt" not in listing
+
+
+def _weak_grading(tmp_path, source, extra=()):
+    """Grade one ch5 submission whose first solution cell is `source`, in a separate process (the weak mode
+    makes the grading process a subreaper)."""
+    teacher = next(p for p in NOTEBOOKS if p.name == CHAPTER)
+    notebook = nbformat.read(teacher, as_version=4)
+    cell = next(c for c in notebook.cells if c.cell_type == "code" and "def causal_mask_by_hand(" in c.source)
+    cell.source = source
+    (tmp_path / "submissions" / "eve").mkdir(parents=True)
+    nbformat.write(notebook, tmp_path / "submissions" / "eve" / CHAPTER)
+    return subprocess.run([sys.executable, "-m", "attention_book.course", "grade", str(tmp_path / "submissions"),
+                           str(tmp_path / "grades"), "--exercise-timeout", "30", *extra], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PATH": os.environ.get("PATH", "")})
+
+
+def test_without_the_sandbox_the_grader_refuses_unless_told(tmp_path):
+    """Where bubblewrap cannot run (here: not on PATH), grading stops with the reason and the option."""
+    run = subprocess.run([sys.executable, "-c", "import shutil, sys\nshutil.which = lambda name, *a, **k: None\n"
+                          "from attention_book.course.__main__ import main\nmain(sys.argv[1:])", "grade",
+                          str(tmp_path), str(tmp_path / "grades")], capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0
+    assert "refusing to grade" in run.stderr and "--weak" in run.stderr
+    assert not (tmp_path / "grades").exists()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the subreaper is Linux's")
+def test_weak_mode_kills_what_a_submission_left_behind_before_writing(tmp_path):
+    """A detached process (double fork, new session) that waits and then rewrites the grade table is killed
+    with its notebook; the tables written last are the grader's."""
+    pid_file = tmp_path / "daemon.pid"
+    source = ("import os\nimport time\n\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+              f"        open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n        time.sleep(4)\n"
+              f"        open({str(tmp_path / 'grades' / 'scores.csv')!r}, 'w').write('student,passed\\neve,999\\n')\n"
+              "    os._exit(0)\n\n\ndef causal_mask_by_hand(T):\n" + WRONG)
+    run = _weak_grading(tmp_path, source, ["--weak"])
+    assert run.returncode == 0, run.stderr
+    assert "WEAK sandbox" in run.stderr
+    time.sleep(6)
+    pid = int(pid_file.read_text())
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+    assert "999" not in (tmp_path / "grades" / "scores.csv").read_text()
+
+
+def test_nbgraders_submitted_folder_is_graded_in_the_sandbox(tmp_path):
+    """nbgrader's layout, submitted/<student>/<assignment>/<notebook>: the students are the folders; the
+    cheats of the nbgrader path (patching torch.allclose, calling the reference, rewriting a classmate's
+    submission) get nothing, and the classmate keeps every mark."""
+    teacher = next(p for p in NOTEBOOKS if p.name == CHAPTER)
+    submitted = tmp_path / "submitted"
+    victim = submitted / "ada" / CHAPTER.removesuffix(".ipynb") / CHAPTER
+    cheats = {
+        "ada": None,
+        "bob": "import torch\n\ntorch.allclose = torch.equal = lambda *a, **k: True\n\n\ndef causal_mask_by_hand(T):\n"
+               + WRONG,
+        "cy": CALLS_THE_REFERENCE["ch5.causal_mask"],
+        "dee": f"import json\n\nnb = json.load(open({str(victim)!r}))\nnb['cells'] = []\n"
+               f"json.dump(nb, open({str(victim)!r}, 'w'))\n\n\ndef causal_mask_by_hand(T):\n" + WRONG,
+    }
+    for student, source in cheats.items():
+        notebook = nbformat.read(teacher, as_version=4)
+        if source is not None:
+            cell = next(c for c in notebook.cells if c.cell_type == "code" and "def causal_mask_by_hand(" in c.source)
+            cell.source = source
+        folder = submitted / student / CHAPTER.removesuffix(".ipynb")
+        folder.mkdir(parents=True)
+        nbformat.write(notebook, folder / CHAPTER)
+        (folder / "timestamp.txt").write_text("2026-11-24 06:00:00")
+    before = victim.read_bytes()
+    course_command(["grade", str(submitted), str(tmp_path / "grades"), "--exercise-timeout", "30",
+                    *([] if NAMESPACES else ["--weak"])])
+    with open(tmp_path / "grades" / "totals.csv") as file:
+        totals = {row["student"]: (row["passed"], row["total"]) for row in csv.DictReader(file)}
+    assert totals["ada"] == ("3", "3")
+    assert all(totals[s] == ("2", "3") for s in ("bob", "cy")), totals
+    if NAMESPACES:
+        assert totals["dee"] == ("2", "3") and victim.read_bytes() == before
+
+
+@pytest.fixture(scope="module")
+def small_class(tmp_path_factory):
+    """Two students, one of them partly right, graded twice with the recorded seed."""
+    root = tmp_path_factory.mktemp("small")
+    teacher = next(p for p in NOTEBOOKS if p.name == CHAPTER)
+    for student in ("ada", "bob"):
+        notebook = nbformat.read(teacher, as_version=4)
+        if student == "bob":
+            cell = next(c for c in notebook.cells if c.cell_type == "code" and "def causal_mask_by_hand(" in c.source)
+            cell.source = "import torch\n\n\ndef causal_mask_by_hand(T):\n" + WRONG
+        (root / "submissions" / student).mkdir(parents=True)
+        nbformat.write(notebook, root / "submissions" / student / CHAPTER)
+    weak = [] if NAMESPACES else ["--weak"]
+    course_command(["grade", str(root / "submissions"), str(root / "first"), *weak])
+    seed = json.loads((root / "first" / "grading.json").read_text())["seed"]
+    course_command(["grade", str(root / "submissions"), str(root / "again"), "--seed", str(seed), *weak])
+    return root
+
+
+def test_grades_a_teacher_can_use(small_class):
+    """Totals per student, an LMS table (one row per student, one column per exercise), a feedback file
+    per student."""
+    out = small_class / "first"
+    with open(out / "lms.csv") as file:
+        rows = list(csv.DictReader(file))
+    assert list(rows[0]) == ["Student", "SIS Login ID", *EXERCISES, "Total"]
+    assert [(r["Student"], r["ch5.causal_mask"], r["Total"]) for r in rows] == [("ada", "1", "3"), ("bob", "0", "2")]
+    with open(out / "totals.csv") as file:
+        assert [tuple(r.values()) for r in csv.DictReader(file)] == [("ada", "3", "3"), ("bob", "2", "3")]
+    feedback = (out / "feedback" / "bob.md").read_text()
+    assert "Total: 2 of 3" in feedback and "your causal mask stops position 0 from seeing position 0" in feedback
+    assert sorted(p.name for p in (out / "feedback").iterdir()) == ["ada.md", "bob.md"]
+
+
+def test_the_recorded_seed_grades_the_same_inputs_again(small_class):
+    first, again = (json.loads((small_class / name / "grading.json").read_text()) for name in ("first", "again"))
+    assert first["seed"] == again["seed"] and f"--seed {first['seed']}" in first["regrade"]
+    assert (small_class / "first" / "results.csv").read_text() == (small_class / "again" / "results.csv").read_text()
+
+
+@pytest.mark.skipif(not NAMESPACES, reason="needs the allow-list sandbox")
+def test_processes_are_bounded_per_notebook_and_time_per_exercise():
+    """A fork bomb meets the notebook's process limit; an endless loop costs its own exercise only."""
+    if not sandbox.Cgroup.available() and os.getuid() == 0:
+        pytest.skip("root without a cgroup: the kernel applies no process limit")
+    bomb = ("import os\n\n\ndef spawn(n):\n    children = []\n    try:\n        for _ in range(n):\n"
+            "            pid = os.fork()\n            if pid == 0:\n                import time\n                time.sleep(30)\n"
+            "                os._exit(0)\n            children.append(pid)\n    except OSError as error:\n"
+            "        return ['stopped', len(children), type(error).__name__]\n    return ['all', len(children)]\n")
+    with sandbox.Sandbox(timeout=120) as child:
+        child.exercise(bomb, "spawn")
+        answer = child.call(200)
+        child.finish()
+        assert answer[0] == "stopped" and answer[1] < sandbox.PROCESSES, answer
+        child.exercise("def loop():\n    while True:\n        pass\n", "loop", seconds=3)
+        with pytest.raises(sandbox.SandboxEnded, match="time limit reached"):
+            child.call()
+    with sandbox.Sandbox(timeout=120) as child:  # what the grader does next: a fresh sandbox, the notebook's time left
+        child.exercise("def one():\n    return 1\n", "one", seconds=10)
+        assert child.call() == 1

@@ -5,8 +5,8 @@ The rule for what this top level exports: exactly the names the chapters call as
 from the module named after its subject, in the chapters' order: `tokens` (1), `attention`,
 `self_attention` and `scaling` (2), `multihead` (3, 4), `causal` (5), `keras_decoder` (6), `kv_cache` and
 `decoder` (7), `efficient` and `triton_attention` (8), `positions` and `induction` (9); figures from
-`plotting`, measurement from `measure`, exercise feedback from `grader` and course tooling from `course`
-(its command: `assignments`).
+`plotting`, measurement from `measure`, exercise feedback and course tooling from `course` (its command:
+`python -m attention_book.course`).
 """
 
 from .attention import scaled_dot_product_attention  # chapter 2

@@ -4,7 +4,7 @@ run by `make course`, that is `python -m attention_book.assignments course chapt
 One assignment per chapter, named after its notebook, holding that chapter's graded exercises: the
 exercise text, the solution cell with each function body between nbgrader's `### BEGIN SOLUTION` and
 `### END SOLUTION` (so that `nbgrader generate_assignment` stubs it), and a locked, graded test cell that
-calls the chapter's check (`attention_book.course.checks`) and asserts it passed, one point each. A
+calls the chapter's check (`attention_book.course.feedback.evaluate`) and asserts it passed, one point each. A
 hidden second check on other random inputs (`### BEGIN HIDDEN TESTS`) is what `nbgrader autograde`
 grades against and students never see. Everything is generated from the chapters; nothing is copied by hand.
 """
@@ -84,7 +84,7 @@ def assignment_notebook(chapter: nbformat.NotebookNode, title: str) -> nbformat.
                                                    metadata=_metadata(f"{label}-text", solution=False, grade=False)))
         cells.append(nbformat.v4.new_code_cell(mark_solution(exercise["solution"]),
                                                metadata=_metadata(f"{label}-solution", solution=True, grade=False)))
-        test = (f"from attention_book.course.checks import evaluate\n\n"
+        test = (f"from attention_book.course.feedback import evaluate\n\n"
                 f"result = evaluate({name!r}, {function})\nprint(result)\nassert result.passed, result.message\n"
                 f"### BEGIN HIDDEN TESTS\nresult = evaluate({name!r}, {function}, seed={HIDDEN_SEED})\n"
                 f"assert result.passed, result.message\n### END HIDDEN TESTS")

@@ -45,8 +45,9 @@ def stub(source: str) -> str:
     return "\n\n\n".join(parts)
 
 
-def student_notebook(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """A copy of a chapter with solution code stubbed, prose solutions removed and outputs cleared."""
+def student_notebook(notebook: nbformat.NotebookNode, keep_outputs: bool = False) -> nbformat.NotebookNode:
+    """A copy of a chapter with solution code stubbed, prose solutions removed and outputs cleared (with
+    `keep_outputs`, only the stubs' outputs: the student edition of the book shows every other result)."""
     result = nbformat.from_dict(json.loads(json.dumps(notebook)))
     cells, label = [], None
     for cell in result.cells:
@@ -65,7 +66,8 @@ def student_notebook(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
         if cell.cell_type == "code":
             if label is not None:
                 cell.source = stub(source)
-            cell.outputs, cell.execution_count = [], None
+            if label is not None or not keep_outputs:
+                cell.outputs, cell.execution_count = [], None
         cells.append(cell)
     if label is not None:
         raise ValueError(f"solution {label!r} has no {SOLUTION_END} cell")
@@ -81,4 +83,48 @@ def make_student_notebooks(chapters: Path, out: Path) -> list[Path]:
         target = out / path.name
         nbformat.write(student_notebook(nbformat.read(path, as_version=4)), target)
         written.append(target)
+    return written
+
+
+BOOK_FILES = ("intro.md", "_toc.yml", "_config.yml", "references.bib", "references.md", "_static", "_templates", "_ext")
+
+
+def make_student_edition(book: Path, out: Path, repository: str | None = None, branch: str = "main",
+                         path_to_book: str = "") -> list[Path]:
+    """The sources of the book's student edition in `out`: the book's pages with every chapter a student
+    notebook (solutions stubbed, written solutions removed, the other cells' outputs kept), for
+    `jupyter-book build out`. `repository` is where the teacher publishes `out` (a GitHub URL; `out` at
+    `path_to_book` on `branch`): the pages' repository and Colab buttons then open the student notebooks
+    there. Without it those buttons are removed, since this book's own would open the solutions."""
+    import shutil
+
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    for name in BOOK_FILES:
+        source = book / name
+        if source.is_dir():
+            shutil.copytree(source, out / name, ignore=shutil.ignore_patterns("__pycache__"))
+        elif source.exists():
+            shutil.copy(source, out / name)
+    shutil.copytree(book / "chapters", out / "chapters",  # figures and settings; the notebooks follow
+                    ignore=shutil.ignore_patterns("*.ipynb", ".ipynb_checkpoints", "__pycache__"))
+    written = []
+    for path in sorted((book / "chapters").glob("*.ipynb")):
+        target = out / "chapters" / path.name
+        nbformat.write(student_notebook(nbformat.read(path, as_version=4), keep_outputs=True), target)
+        written.append(target)
+    config = (out / "_config.yml").read_text()
+    config = re.sub(r"^title: (.*)$", r"title: \1 (student edition)", config, count=1, flags=re.M)
+    if repository:
+        config = re.sub(r"^(  url: ).*$", rf"\g<1>{repository}  # where the teacher publishes the student edition",
+                        config, count=1, flags=re.M)
+        config = re.sub(r"^(  path_to_book: ).*$", rf'\g<1>"{path_to_book}"', config, count=1, flags=re.M)
+        config = re.sub(r"^(  branch: ).*$", rf"\g<1>{branch}", config, count=1, flags=re.M)
+    else:  # no place with the student notebooks: no button may open this book's own chapters
+        config = re.sub(r"^(  use_repository_button: ).*$", r"\g<1>false", config, count=1, flags=re.M)
+        config = re.sub(r"^(  use_issues_button: ).*$", r"\g<1>false", config, count=1, flags=re.M)
+        config = re.sub(r"^launch_buttons:\n(  .*\n)+", "launch_buttons:\n  colab_url: \"\"\n", config, count=1,
+                        flags=re.M)
+    (out / "_config.yml").write_text(config)
     return written

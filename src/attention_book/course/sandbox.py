@@ -1,21 +1,22 @@
 """A child process per submitted notebook that runs the student's code and nothing of the grader's
 (course tooling; the child side is `attention_book.course.worker`).
 
-What is isolated, everywhere: the child is its own process group and session, works in a fresh scratch
-folder (also its HOME and TMPDIR), gets an environment with nothing of the grader's in it (PATH, locale
-and thread count only), a wall-clock limit for the whole notebook, and limits on memory (address space,
-per process), CPU time and file size. The number of processes it starts is not limited (RLIMIT_NPROC does
-not bind root, nor inside a user namespace), so a submission that forks can use MEMORY_MB per process:
-grade where a cgroup bounds the whole run (see the README). Its answers are JSON values (never pickles) that the grader judges itself.
+The child's view of the machine is built from an allow-list with bubblewrap (`bwrap`, Debian's and
+Ubuntu's `bubblewrap` package; `make bwrap` installs it): a new root that holds only the operating system's
+programs and libraries (/usr and its links), the Python installation, the installed packages (without the
+grader's checks, which are covered by an empty folder) and a fresh scratch folder, the only writable
+place. Nothing else of the machine exists there: no home folder, no /tmp, no submissions, no grades, no
+Unix socket of the host. It also gets new user, PID, network, IPC and UTS namespaces (no network at all,
+no other process visible), a new session, no capabilities, an environment with nothing of the grader's in
+it, limits on memory, CPU time, file size and (where the kernel honours it) the number of processes, and,
+where this user may create cgroups, a cgroup bounding the notebook's processes and total memory.
 
-On Linux with unprivileged user namespaces (`unshare -r` works) the child also gets a new network
-namespace (no network at all), a PID namespace (it cannot see or signal the grader or other processes:
-`os.getppid()` is 0, `kill(-1)` reaches only itself), and a mount namespace in which the submissions, the
-grade tables and the chapters (the teacher's solutions) are hidden behind empty folders and every
-other file is read-only, but for the scratch folder; it then drops every capability, so it cannot
-unmount or remount anything. Elsewhere (macOS, Windows' WSL1, containers that forbid
-user namespaces) none of those four hold: the child can use the network, read what the teacher can
-read, and signal the teacher's other processes. Grade on Linux, or as a user of its own, there.
+Without bwrap or user namespaces (macOS, containers whose seccomp profile forbids them) the grader
+refuses to grade unless the teacher asks for the weak mode (`--weak`): the child then runs in a session
+of its own, with the same limits, but can read and write what the teacher can and use the network. Every
+process it starts is killed when its notebook is done (its cgroup where one can be made; otherwise the
+grader, a child subreaper, kills every process that was orphaned to it), and grades are written only
+after that.
 """
 
 import json
@@ -31,66 +32,233 @@ from pathlib import Path
 
 from . import wire
 
-MEMORY_MB = 2048  # address space of the child (MB); importing torch and numpy takes about 0.7 GB of it
-FILE_MB = 64  # largest file, and largest answer, the child may write
+MEMORY_MB = 2048  # address space of each of the child's processes (MB); torch and numpy take about 0.7 GB
+PROCESSES = 32  # processes per notebook (the cgroup's pids.max; RLIMIT_NPROC where the kernel applies it)
+FILE_MB = 64  # largest file the child may write
+MESSAGE_MB = 16  # largest answer the grader reads from the child
 ROOT = Path(__file__).resolve().parents[2]  # the folder that holds the attention_book package
-WORKER = f"import sys; sys.path.insert(0, {str(ROOT)!r}); from attention_book.course.worker import main; main()"
-_NAMESPACES: dict[str, str | None] = {}
+CHECKS = ROOT / "attention_book" / "course" / "checks"  # the references: never visible to a submission
+# RLIMIT_NPROC is set by the worker inside its user namespace, where it counts that namespace's processes
+# only; set before, it would count every process of the teacher's (and root is never bound by it).
+WORKER = f"import sys; sys.path.insert(0, {str(ROOT)!r}); from attention_book.course.worker import main; main(%s)"
+ENVIRONMENT = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1",
+               "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+_PROBED: dict[str, str | None] = {}
 
 
 class SandboxEnded(Exception):
     """The child stopped answering: it exited, was killed, ran out of time or broke the protocol."""
 
 
-def namespace_prefix(hidden: list[Path], writable: Path) -> list[str]:
-    """The command that wraps the child in new user, network, PID and mount namespaces (Linux only).
+class ExerciseEnded(Exception):
+    """The process of one exercise ended (exited, killed) while the notebook's sandbox lives on."""
 
-    In its mount namespace the `hidden` folders are covered by empty ones, every mount is made read-only,
-    and only `writable` (the scratch folder) is mounted again with writes allowed; then every capability
-    is dropped, so none of it can be undone. The shell stays the namespace's PID 1 (which ignores signals
-    it has no handler for), so the worker is an ordinary process: it can kill itself, and killing
-    everything it can reach ends only the sandbox.
-    """
-    hide = ('while [ "$1" != -- ]; do mount -t tmpfs -o size=1m,mode=000 none "$1" 2>/dev/null || [ ! -e "$1" ] '
-            '|| exit 97; shift; done; shift; ')
-    read_only = ('W="$1"; shift; mount --bind "$W" "$W" || exit 96; '
-                 'for m in $(cut -d" " -f5 /proc/self/mountinfo); do '
-                 '[ "$m" = "$W" ] || mount -o remount,bind,ro "$m" 2>/dev/null; done; cd "$W" || exit 96; unset OLDPWD; ')
-    return ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child", "--mount-proc",
-            "sh", "-c", hide + read_only + 'setpriv --bounding-set=-all --inh-caps=-all --no-new-privs "$@"; exit $?',
-            "sh", *[str(p) for p in hidden], "--", str(writable)]
+
+def allowed_paths() -> list[Path]:
+    """What the child may read: the Python installation, the installed packages and this package."""
+    candidates = [Path(sys.base_prefix), Path(sys.prefix), Path(sys.exec_prefix), Path(sys.executable).resolve().parent,
+                  ROOT, *(Path(p) for p in sys.path if p)]
+    paths: list[Path] = []
+    for path in sorted({p.resolve() for p in candidates if p.exists()}, key=lambda p: len(p.parts)):
+        if path == Path("/") or any(path.is_relative_to(kept) for kept in paths):
+            continue
+        paths.append(path)
+    return paths
+
+
+def bwrap_prefix(scratch: Path, hidden: tuple[Path, ...] = ()) -> list[str]:
+    """bubblewrap's command line: a root built from the allow-list, `scratch` writable, namespaces, no
+    capabilities. `hidden` folders inside an allowed path are covered by empty ones."""
+    args = ["bwrap", "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+            "--clearenv", "--proc", "/proc", "--dev", "/dev", "--ro-bind", "/usr", "/usr"]
+    for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        path = Path("/") / top
+        if path.is_symlink():
+            args += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            args += ["--ro-bind", str(path), str(path)]
+    allowed = [p for p in allowed_paths() if not p.is_relative_to("/usr")]
+    for path in allowed:
+        args += ["--ro-bind", str(path), str(path)]
+    for path in {CHECKS.resolve(), *(p.resolve() for p in hidden)}:
+        if path.is_dir() and any(path.is_relative_to(p) for p in [Path("/usr"), *allowed]):
+            args += ["--tmpfs", str(path)]
+    args += ["--bind", str(scratch), str(scratch), "--chdir", str(scratch)]
+    for name, value in {**ENVIRONMENT, "HOME": str(scratch), "TMPDIR": str(scratch)}.items():
+        args += ["--setenv", name, value]
+    return args
 
 
 def isolation() -> str | None:
-    """None when namespaces work here, else why not (probed once)."""
-    if "why" not in _NAMESPACES:
+    """None when the allow-list sandbox works here, else why not (probed once)."""
+    if "why" not in _PROBED:
         why = None
-        if not sys.platform.startswith("linux") or shutil.which("unshare") is None or shutil.which("setpriv") is None:
-            why = f"{sys.platform} has no unshare/setpriv"
+        if not sys.platform.startswith("linux"):
+            why = f"{sys.platform} has no bubblewrap"
+        elif shutil.which("bwrap") is None:
+            why = "bwrap is not installed (make bwrap, or apt-get install bubblewrap)"
         else:
             with tempfile.TemporaryDirectory() as folder:
-                probe = subprocess.run([*namespace_prefix([Path(folder)], Path(folder)), "true"], capture_output=True,
-                                       text=True)
+                probe = subprocess.run([*bwrap_prefix(Path(folder)), sys.executable, "-I", "-c", "pass"],
+                                       capture_output=True, text=True)
             if probe.returncode != 0:
-                why = f"unshare failed: {probe.stderr.strip()[:200]}"
-        _NAMESPACES["why"] = why
-    return _NAMESPACES["why"]
+                why = f"bwrap failed: {probe.stderr.strip()[:200]}"
+        _PROBED["why"] = why
+    return _PROBED["why"]
 
 
-def describe_isolation() -> str:
+def describe_isolation(weak: bool = False) -> str:
     """One line for the grading log: what the sandbox isolates on this machine."""
-    why = isolation()
-    if why is None:
-        return "sandbox: own process group, scratch folder, clean environment, time/memory limits, no network, own PIDs, " \
-               "submissions/grades/chapters hidden, every file read-only but the scratch folder"
-    return f"sandbox: own process group, scratch folder, clean environment, time/memory limits only ({why}): the " \
-           "network, the teacher's files and processes are NOT isolated"
+    bound = "processes and memory bounded by a cgroup" if Cgroup.available() else \
+        "memory bounded per process (no cgroup can be made here: the process count is bounded only for non-root users)"
+    if not weak and isolation() is None:
+        return ("sandbox: allow-list root (Python, packages, scratch folder; nothing else readable, only the scratch "
+                f"folder writable), no network, no Unix sockets of the host, own PIDs, no capabilities; {bound}; "
+                "time limits per exercise and notebook")
+    why = "asked for with --weak" if isolation() is None else isolation()
+    return (f"WEAK sandbox ({why}): own session, scratch folder, clean environment, time limits; {bound}; every "
+            "process killed after its notebook; the network, the teacher's files and processes are NOT isolated")
 
 
-def _limits(seconds: float, memory_mb: int):
+class Cgroup:
+    """A cgroup for one notebook (v2, or v1's pids and memory controllers) where this user may make one."""
+
+    V2 = Path("/sys/fs/cgroup")
+    V1 = {"pids": Path("/sys/fs/cgroup/pids"), "memory": Path("/sys/fs/cgroup/memory")}
+    _count = 0
+
+    @classmethod
+    def _own(cls, controller: str | None) -> Path | None:
+        """This process's cgroup folder of `controller` (None: the v2 hierarchy)."""
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, names, path = line.split(":", 2)
+            if (controller is None and names == "") or (controller in names.split(",")):
+                base = cls.V2 if controller is None else cls.V1[controller]
+                return base / path.lstrip("/")
+        return None
+
+    @classmethod
+    def available(cls) -> bool:
+        if "cgroup" not in _PROBED:
+            try:
+                probe = cls(MEMORY_MB)
+                probe.close()
+                _PROBED["cgroup"] = "yes"
+            except OSError:
+                _PROBED["cgroup"] = None
+        return _PROBED["cgroup"] is not None
+
+    def __init__(self, memory_mb: int, processes: int = PROCESSES):
+        Cgroup._count += 1
+        name = f"attention-book-{os.getpid()}-{Cgroup._count}"
+        self.folders: list[Path] = []
+        try:
+            v2 = self._own(None) if (self.V2 / "cgroup.controllers").exists() else None
+            if v2 is not None and {"pids", "memory"} <= set((v2 / "cgroup.subtree_control").read_text().split()):
+                folder = v2 / name
+                folder.mkdir()
+                self.folders.append(folder)
+                (folder / "pids.max").write_text(str(processes))
+                (folder / "memory.max").write_text(str(memory_mb << 20))
+                (folder / "memory.swap.max").write_text("0")
+                return
+            for controller, setting, value in (("pids", "pids.max", processes),
+                                               ("memory", "memory.limit_in_bytes", memory_mb << 20)):
+                own = self._own(controller)
+                if own is None or not own.is_dir():
+                    raise OSError(f"no {controller} cgroup")
+                folder = own / name
+                folder.mkdir()
+                self.folders.append(folder)
+                (folder / setting).write_text(str(value))
+        except (OSError, ValueError):
+            self.close()
+            raise OSError("no cgroup can be made here") from None
+
+    def enter(self) -> None:
+        """Move the calling process (a child before exec) into the cgroup."""
+        for folder in self.folders:
+            (folder / "cgroup.procs").write_text("0")
+
+    def pids(self) -> set[int]:
+        found = set()
+        for folder in self.folders:
+            try:
+                found |= {int(p) for p in (folder / "cgroup.procs").read_text().split()}
+            except OSError:
+                pass
+        return found
+
+    def close(self) -> None:
+        """Kill every process in the cgroup, then remove it."""
+        for _ in range(200):
+            pids = self.pids()
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.01)
+        for folder in reversed(self.folders):
+            for _ in range(100):
+                try:
+                    folder.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.01)
+        self.folders = []
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of every orphaned descendant (Linux), so the weak mode can kill
+    processes that left their session; False where that is not possible."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+
+
+def kill_children(keep: set[int] = frozenset()) -> None:
+    """SIGKILL and reap every child of this process but `keep`, until none is left (weak mode: with
+    `become_subreaper`, every orphaned descendant of a sandbox is such a child)."""
+    me = str(os.getpid())
+    for _ in range(1000):
+        children = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) in keep:
+                continue
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if stat[stat.rindex(")") + 2:].split()[1] == me:
+                children.append(int(entry))
+        if not children:
+            return
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for pid in children:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+
+
+def _limits(seconds: float, memory_mb: int, cgroup: "Cgroup | None"):
     def apply():
         import resource
 
+        if cgroup is not None:
+            cgroup.enter()
         resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
         resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_MB << 20, FILE_MB << 20))
         cpu = int(seconds) + 5
@@ -100,25 +268,38 @@ def _limits(seconds: float, memory_mb: int):
 
 
 class Sandbox:
-    """One child process for one notebook: `define` a solution cell, then `call` its function.
+    """One child process for one notebook: `exercise` runs a solution cell in a fresh process forked for
+    that exercise (with the exercise's forbidden functions made to raise), `call` calls its function, and
+    `finish` ends that process.
 
-    `timeout` bounds the whole conversation (seconds); `hidden` are folders the child must not see.
+    `timeout` bounds the whole notebook (seconds); `hidden` are folders the child must not see even where
+    they lie inside an allowed path; `weak` runs without bubblewrap (see the module docstring).
     """
 
-    def __init__(self, timeout: float = 60, memory_mb: int = MEMORY_MB, hidden: tuple[Path, ...] = ()):
-        self.deadline = time.monotonic() + timeout
+    def __init__(self, timeout: float = 60, memory_mb: int = MEMORY_MB, hidden: tuple[Path, ...] = (),
+                 weak: bool = False):
+        self.deadline = self.notebook_deadline = time.monotonic() + timeout
         self.scratch = tempfile.mkdtemp(prefix="attention-book-grading-")
-        env = {"PATH": os.defpath, "HOME": self.scratch, "TMPDIR": self.scratch, "LANG": "C.UTF-8",
-               "PYTHONHASHSEED": "0", "OMP_NUM_THREADS": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
-        # Without namespaces a shell still stands between the grader and the worker: os.getppid() is the shell.
-        prefix = namespace_prefix([p for p in hidden if p.is_dir()], Path(self.scratch)) if isolation() is None else \
-            ["sh", "-c", '"$@"; exit $?', "sh"]
-        self.process = subprocess.Popen([*prefix, sys.executable, "-I", "-c", WORKER], stdin=subprocess.PIPE,
+        self.weak = weak
+        if not weak and isolation() is not None:
+            raise RuntimeError(f"the sandbox cannot isolate submissions here ({isolation()}); grade with --weak to "
+                               "accept a weaker sandbox")
+        try:
+            self.cgroup = Cgroup(memory_mb) if Cgroup.available() else None
+        except OSError:
+            self.cgroup = None
+        if weak:  # a shell stands between the grader and the worker: os.getppid() is the shell
+            prefix = ["sh", "-c", '"$@"; exit $?', "sh"]
+            env = {**ENVIRONMENT, "HOME": self.scratch, "TMPDIR": self.scratch}
+        else:
+            prefix, env = bwrap_prefix(Path(self.scratch), hidden), {}
+        processes = None if weak or os.getuid() == 0 else PROCESSES
+        self.process = subprocess.Popen([*prefix, sys.executable, "-I", "-c", WORKER % processes], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=self.scratch, env=env,
-                                        start_new_session=True,
-                                        preexec_fn=_limits(timeout, memory_mb))
+                                        start_new_session=True, preexec_fn=_limits(timeout, memory_mb, self.cgroup))
         self.buffer = b""
         self.ended: str | None = None
+        self.in_exercise = False
         try:
             self._receive()  # {"ready": true}
         except SandboxEnded:
@@ -132,23 +313,47 @@ class Sandbox:
         self.close()
 
     def close(self) -> None:
-        """Kill the child's whole process group and remove its scratch folder."""
+        """Kill every process of the child (its cgroup, or its process group) and remove its scratch folder."""
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
         self.process.wait()
+        if self.cgroup is not None:
+            self.cgroup.close()
         for stream in (self.process.stdin, self.process.stdout):
             stream.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
 
-    def define(self, source: str, function: str) -> None:
-        """Run a solution cell in the child; raises the submission's error as `SubmissionError`."""
-        answer = self._exchange({"define": source, "function": function})
+    def exercise(self, source: str, function: str, forbidden: tuple[str, ...] = (), seconds: float | None = None) -> None:
+        """Fork a process for one exercise, make `forbidden` raise in it, run the solution cell there; raises
+        the submission's error as `SubmissionError`. `seconds` bounds the exercise (within the notebook's time)."""
+        if self.in_exercise:
+            self.finish()
+        self.deadline = self.notebook_deadline if seconds is None else min(self.notebook_deadline,
+                                                                           time.monotonic() + seconds)
+        answer = self._exchange({"define": source, "function": function, "forbidden": list(forbidden)})
+        self.in_exercise = True
+        if "over" in answer:
+            self.in_exercise = False
+            raise ExerciseEnded(_status(answer["over"]))
         if "raised" in answer:
             raise SubmissionError(answer)
         if answer != {"defined": True}:
             raise self._end("it answered out of turn (forged answers on the grader's channel)")
+
+    def finish(self) -> None:
+        """End the current exercise's process (the notebook's sandbox stays for the next exercise)."""
+        if not self.in_exercise or self.ended:
+            return
+        self.in_exercise = False
+        answer = self._exchange({"done": True})
+        if set(answer) != {"over"}:
+            raise self._end("it answered out of turn (forged answers on the grader's channel)")
+
+    def define(self, source: str, function: str) -> None:
+        """A solution cell with nothing forbidden (an exercise without a time limit of its own)."""
+        self.exercise(source, function)
 
     def call(self, *args):
         """The student's function on `args`, run in the child; returns the decoded value or raises."""
@@ -156,10 +361,13 @@ class Sandbox:
         if set(answer) == {"value"}:
             try:
                 return wire.decode(answer["value"])
-            except (ValueError, TypeError) as error:
-                raise self._end(f"its answer is not a plain value ({error})") from None
+            except (ValueError, TypeError, RecursionError) as error:
+                raise self._end(f"its answer is not a plain value ({type(error).__name__}: {str(error)[:100]})") from None
         if set(answer) == {"raised", "message"} and isinstance(answer["raised"], str):
             raise SubmissionError(answer)
+        if set(answer) == {"over"}:
+            self.in_exercise = False
+            raise ExerciseEnded(_status(answer["over"]))
         raise self._end("it answered out of turn (forged answers on the grader's channel)")
 
     def _exchange(self, request: dict) -> dict:
@@ -185,14 +393,14 @@ class Sandbox:
             if not chunk:
                 raise self._end()
             self.buffer += chunk
-            if len(self.buffer) > FILE_MB << 20:
-                raise self._end(f"its answer exceeds {FILE_MB} MB")
+            if len(self.buffer) > MESSAGE_MB << 20:
+                raise self._end(f"its answer exceeds {MESSAGE_MB} MB")
         line, self.buffer = self.buffer.split(b"\n", 1)
         if self.buffer:  # the worker answers once per request and then waits: more is a forgery
             raise self._end("it answered out of turn (forged answers on the grader's channel)")
         try:
             answer = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser's stack
             raise self._end("it wrote something that is not an answer") from None
         if not isinstance(answer, dict):
             raise self._end("it wrote something that is not an answer")
@@ -207,13 +415,27 @@ class Sandbox:
                 pass
             code = self.process.wait()
             if why is None:
-                why = f"it exited with status {code}" if code >= 0 else f"it was killed by {signal.Signals(-code).name}"
+                why = _status(code)
                 if code in (128 + signal.SIGKILL, -signal.SIGKILL) and time.monotonic() < self.deadline:
                     why = "it was killed (by itself, or for exceeding the memory limit)"
-                elif code == 128 + signal.SIGXCPU or code == -signal.SIGXCPU:
-                    why = "it used up its CPU time"
             self.ended = f"the grading process of this notebook stopped: {why}"
         return SandboxEnded(self.ended)
+
+
+def _status(code) -> str:
+    """What an exit status says, in words."""
+    if not isinstance(code, int):
+        return "it ended"
+    if code in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
+        return "it used up its CPU time"
+    if code in (-signal.SIGKILL, 128 + signal.SIGKILL):
+        return "it was killed (by itself, or for exceeding the memory limit)"
+    if code < 0:
+        try:
+            return f"it was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"it was killed by signal {-code}"
+    return f"it exited with status {code}"
 
 
 class SubmissionError(Exception):
