@@ -5,8 +5,10 @@ batches and with the same settings as scripts/train_induction.py (whose three st
 RoPE and none, are loaded, not retrained). Then runs all five on the evaluation batch made 2 and 4 times
 the trained length (T = 32, 64, 128: the same periods, repeated further) and stores loss, induction score
 and the loss per position. Weights: src/attention_book/data/induction_<positions>.pt; record:
-src/attention_book/data/induction_length.json. Run from the repository root (about 60 s of CPU on 2 cores):
-    .venv/bin/python scripts/train_length.py
+src/attention_book/data/induction_length.json, with each training run's wall-clock and CPU seconds. Run
+from the repository root (about 45 s of CPU for the training, 2 minutes in all, on one thread):
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/train_length.py
+On a machine shared with other work, one thread wastes no CPU time waiting for the other.
 """
 
 import json

@@ -217,6 +217,17 @@ def induction_weights(weights: torch.Tensor, tokens: torch.Tensor) -> torch.Tens
     return picked[..., 0] * (targets >= 0)[:, None]  # (B, H, T)
 
 
+def any_copy_weights(weights: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Each query's total weight on the keys just after *any* earlier occurrence of its token, every one of
+    which precedes the same next token in a periodic sequence: (B, H, T, T) -> (B, H, T) (chapter 9)."""
+    T = tokens.shape[-1]
+    same = tokens[:, :, None] == tokens[:, None, :]  # (B, T, T)
+    after = torch.zeros_like(same)
+    after[:, :, 1:] = same[:, :, :-1]  # key j's previous token is token t
+    after &= causal_mask(T, device=tokens.device)
+    return (weights * after[:, None]).sum(-1)  # (B, H, T)
+
+
 def induction_score(weights: torch.Tensor, tokens: torch.Tensor,
                     periods: torch.Tensor) -> torch.Tensor:
     """Mean weight a query puts on the token after the most recent earlier
@@ -237,23 +248,30 @@ def induction_curve(weights: torch.Tensor, tokens: torch.Tensor, periods: torch.
     return total / queries.sum(0)  # (H, T): 0 / 0 = NaN where no query counts
 
 
-def optimal_losses(tokens: torch.Tensor, config: InductionConfig) -> torch.Tensor:
-    """Per-token loss (B, T − 1) of the best possible predictor of this task (chapter 9): it knows that the
-    period n is uniform on n_max/2 … n_max and the tokens uniform, and weighs every period the tokens so
-    far allow by its posterior probability. Before a repeat shows, it must hedge: the next token may be
-    new or a copy."""
+def optimal_losses(tokens: torch.Tensor,
+                   config: InductionConfig) -> torch.Tensor:
+    """Per-token loss (B, T − 1) of the best possible predictor of this task
+    (chapter 9). It knows that the period n is uniform on n_max/2 … n_max
+    and the tokens uniform on V, and weighs every period the tokens so far
+    allow by its posterior probability: before a repeat shows, it hedges
+    between "a new token" and "the token n back"."""
     V, n_max = config.vocab_size, config.half_length
-    periods = torch.arange(n_max // 2, n_max + 1)  # (K,): every period the task draws
     losses = []
-    for p in range(1, tokens.shape[-1]):  # predict token p from tokens 0 … p − 1
-        log_posterior, copy = [], []
-        for n in periods.tolist():
-            fits = (tokens[:, n:p] == tokens[:, :max(p - n, 0)]).all(-1)  # (B,): the history repeats with n
-            log_posterior.append(torch.where(fits, -min(n, p) * math.log(V), -math.inf))  # likelihood
-            right = tokens[:, p] == tokens[:, p - n] if n <= p else torch.zeros_like(fits)  # a copy is right
-            copy.append(torch.where(torch.tensor(n > p), 1 / V, right.double()))  # P(token p | n)
+    for p in range(1, tokens.shape[-1]):  # predict token p from 0 … p − 1
+        log_posterior, chance = [], []
+        for n in range(n_max // 2, n_max + 1):  # every period the task draws
+            # (B,): tokens 0 … p − 1 repeat with period n (always, if n ≥ p)
+            fits = (tokens[:, n:p] == tokens[:, :max(p - n, 0)]).all(-1)
+            log_lik = torch.where(fits, -min(n, p) * math.log(V), -math.inf)
+            log_posterior.append(log_lik)  # a uniform prior adds a constant
+            if n > p:  # token p is still new: 1/V
+                new = torch.full_like(fits, 1 / V, dtype=torch.float64)
+                chance.append(new)
+            else:  # token p repeats token p − n: probability 1 or 0
+                chance.append((tokens[:, p] == tokens[:, p - n]).double())
         posterior = torch.stack(log_posterior, -1).softmax(-1)  # (B, K)
-        losses.append(-(posterior * torch.stack(copy, -1)).sum(-1).log())  # (B,)
+        right = (posterior * torch.stack(chance, -1)).sum(-1)  # (B,)
+        losses.append(-right.log())
     return torch.stack(losses, -1).float()  # (B, T − 1)
 
 
@@ -480,22 +498,35 @@ def direct_logit_attribution(model: AttentionOnly, tokens: torch.Tensor, periods
 PATH_SIDES = ("query", "key", "value")
 
 
-def path_ablated_forward(model: AttentionOnly, tokens: torch.Tensor, source_head: int, sides=("key",)):
-    """Run a two-layer model with layer-1 head `source_head`'s output removed from what layer 2 reads on
-    `sides` (any of "query", "key", "value"), and nowhere else: the other sides and the direct path to the
-    logits still see it (a path ablation, chapter 9). Returns (logits (B, T, V), layer-2 weights)."""
+def path_ablated_forward(model: AttentionOnly, tokens: torch.Tensor,
+                         source_head: int, sides=("key",)):
+    """Run a two-layer model with layer-1 head `source_head`'s output taken
+    out of what layer 2 reads on `sides` ("query", "key", "value"), and
+    nowhere else: the other sides and the direct path to the logits still
+    see it (a path ablation, chapter 9).
+
+    Returns (logits (B, T, V), layer 2's weights (B, H, T, T)).
+    """
+    validate_path_ablation(model, sides)
+    one_hot = torch.eye(model.config.num_heads)[source_head]  # (H,)
+    norm1, norm2 = model.norms
+    layer1, layer2 = model.layers
+    with torch.no_grad():
+        x = model.embed(tokens)  # (B, T, E)
+        x1 = x + layer1(norm1(x))[0]  # (B, T, E): after layer 1
+        without = x1 - layer1(norm1(x), one_hot)[0]  # the head taken out
+        read = {side: norm2(without if side in sides else x1)
+                for side in PATH_SIDES}
+        out, weights = layer2(read["query"], key_input=read["key"],
+                              value_input=read["value"])
+        return model.unembed(x1 + out), weights
+
+
+def validate_path_ablation(model: AttentionOnly, sides) -> None:
+    """A path ablation here needs two layers and sides among PATH_SIDES."""
     if model.config.num_layers != 2 or any(side not in PATH_SIDES for side in sides):
         raise ValueError(f"path ablation needs a two-layer model and sides from {PATH_SIDES}; got "
                          f"{model.config.num_layers} layers and sides={sides!r}")
-    H = model.config.num_heads
-    with torch.no_grad():
-        x = model.embed(tokens)  # (B, T, E)
-        normed = model.norms[0](x)
-        x1 = x + model.layers[0](normed)[0]  # (B, T, E): the residual stream after layer 1
-        without = x1 - model.layers[0](normed, torch.eye(H)[source_head])[0]  # the head's output taken out
-        read = {side: model.norms[1](without if side in sides else x1) for side in PATH_SIDES}
-        out, weights = model.layers[1](read["query"], key_input=read["key"], value_input=read["value"])
-        return model.unembed(x1 + out), weights
 
 
 def validate_tokens(tokens: torch.Tensor, vocab_size: int) -> None:
