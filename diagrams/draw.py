@@ -12,6 +12,7 @@ Writes one SVG per diagram into chapters/figures/:
     tile_schedule.svg                (chapter 8)  which tiles tiled attention computes fully, masks or skips
     rope_rotation.svg                (chapter 9)  RoPE turns a q/k feature pair by its position; the angle sees m − n
     induction_circuit.svg            (chapter 9)  a previous-token head and an induction head copy the token after A
+    k_composition_ablation.svg       (chapter 9)  the path ablation: head 3's output taken out of layer 2's keys only
 
 Run from the repository root:
 
@@ -951,9 +952,38 @@ def induction_circuit(png_dir=None):
     save(fig, "induction_circuit", png_dir)
 
 
+def k_composition_ablation(png_dir=None):
+    """Chapter 9: the path ablation that tests K-composition. Layer 1 head 3's output is taken out of what
+    layer 2 reads for its keys, and only there: queries, values and the logits still see it."""
+    fig, ax = new_figure(12.4, 5.6)
+    y0, y1, y2 = 0.75, 2.75, 4.45
+    box(ax, 1.05, y0, 1.5, 0.62, "tokens\n(B, T)")
+    box(ax, 3.35, y0, 1.75, 0.62, "x0 = embedding\n(B, T, E)")
+    box(ax, 6.0, y0, 2.3, 0.62, "layer 1: heads 0-3\nhead 3: previous token", style="layer")
+    box(ax, 9.05, y0, 2.45, 0.62, "x1 = x0 + layer 1's heads\n(B, T, E)")
+    arrow(ax, (1.8, y0), (2.47, y0))
+    arrow(ax, (4.23, y0), (4.85, y0))
+    arrow(ax, (7.15, y0), (7.82, y0))
+    sides = ((5.2, "query", "queries read LN(x1)"),
+             (8.0, "key_strong", "keys read\nLN(x1 − head 3's output)"),
+             (10.8, "key_pale", "values read LN(x1)"))
+    for x, style, label in sides:
+        box(ax, x, y1, 2.5, 0.72, label, style=style, size=SMALL)
+        arrow(ax, (9.05, y0 + 0.31), (x, y1 - 0.36))
+        arrow(ax, (x, y1 + 0.36), (8.0, y2 - 0.32))
+    box(ax, 8.0, y2, 3.0, 0.64, "layer 2: induction heads\nweights (B, H, T, T)", style="layer")
+    box(ax, 2.75, y2, 3.1, 0.64, "logits (B, T, V) =\nW_U (x1 + layer 2's output)", style="query_strong",
+        size=SMALL)
+    arrow(ax, (6.5, y2), (4.3, y2))
+    text(ax, 2.75, 3.6, "the direct path from head 3 to\nthe logits is kept", size=SMALL, color=MUTED)
+    text(ax, 6.2, 5.3, "K-composition, tested: take head 3's output out of the keys only", size=FONT,
+         weight="bold")
+    save(fig, "k_composition_ablation", png_dir)
+
+
 DIAGRAMS = (embedding_lookup, scaled_dot_product_attention, multihead_split_merge, cross_attention,
             causal_mask_alignments, keras_decoder_flow, kv_cache_decode_step, grouped_query_heads, ring_buffer,
-            block_table, tile_schedule, rope_rotation, induction_circuit)
+            block_table, tile_schedule, rope_rotation, induction_circuit, k_composition_ablation)
 
 
 def main():

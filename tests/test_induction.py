@@ -2,6 +2,8 @@
 and the task, the scores and the cached forward pass mean what the chapter says."""
 
 import json
+import math
+from dataclasses import replace
 from importlib import resources
 
 import pytest
@@ -12,17 +14,34 @@ from attention_book.induction import (
     AttentionOnly,
     InductionConfig,
     TrainConfig,
+    copying_scores,
+    direct_logit_attribution,
     evaluate,
+    evaluate_length,
     evaluation_batch,
+    half_losses,
+    head_outputs,
+    induction_curve,
+    induction_queries,
     induction_score,
+    induction_targets,
     load_trained,
+    loss_per_token,
+    optimal_losses,
+    path_ablated_forward,
+    previous_token_curve,
     previous_token_score,
+    qk_ov,
+    random_head_copying,
     repeated_tokens,
+    token_ov_circuit,
     train,
 )
-from attention_book.kv_cache import KVCache
+from attention_book.kv_cache import BlockPool, KVCache, PagedKVCache, RingKVCache
 
-STORED = json.loads(resources.files("attention_book").joinpath("data", "induction.json").read_text())
+DATA = resources.files("attention_book").joinpath("data")
+STORED = json.loads(DATA.joinpath("induction.json").read_text())
+LENGTH = json.loads(DATA.joinpath("induction_length.json").read_text())
 
 
 @pytest.mark.parametrize("positions", POSITION_KINDS)
@@ -36,7 +55,7 @@ def test_stored_weights_reproduce_the_stored_metrics(positions):
 
 def test_stored_weights_are_small_and_load_without_pickle():
     data = resources.files("attention_book").joinpath("data")
-    for record in STORED["variants"].values():
+    for record in [*STORED["variants"].values(), *LENGTH["variants"].values()]:
         path = data.joinpath(record["weights"])
         assert len(path.read_bytes()) < 250_000
         with path.open("rb") as file:
@@ -94,7 +113,7 @@ def test_scores_of_hand_made_attention_patterns():
     assert induction_score(previous, tokens, torch.tensor([n])).tolist() == [0.0]
 
 
-@pytest.mark.parametrize("positions", ["learned", "rope"])
+@pytest.mark.parametrize("positions", POSITION_KINDS)
 def test_cached_forward_equals_the_full_forward(positions):
     model = AttentionOnly(InductionConfig(positions=positions)).eval()
     tokens, _ = repeated_tokens(2, model.config, torch.Generator().manual_seed(1))
@@ -119,5 +138,181 @@ def test_ablating_a_head_removes_exactly_its_output():
 def test_bad_input():
     with pytest.raises(ValueError, match=r"positions must be one of .* got 'sinusoid'"):
         AttentionOnly(InductionConfig(positions="sinusoid"))
-    with pytest.raises(ValueError, match=r"no trained model with positions='alibi'"):
-        load_trained("alibi")
+    with pytest.raises(ValueError, match=r"no trained model with positions='sinusoids'"):
+        load_trained("sinusoids")
+
+
+def test_the_first_three_stored_models_are_the_ones_trained_before():
+    """Another chapter's measurements read these files: scripts/train_length.py must not rewrite them."""
+    import hashlib
+
+    expected = {"induction_learned.pt": "8ee6da99826816f2ce61b22f32bf91c4df6068310211ec98aea2df9e816e321c",
+                "induction_rope.pt": "2efdec4547db3b6af749392ddc072d8a556adc7d563ec4e8d3dd035a8cfbee1d",
+                "induction_none.pt": "5f70b469bf84291f2d5f59ca5bd072fdf0f8a165429320b8999df3e0ec1ec712"}
+    for name, digest in expected.items():
+        assert hashlib.sha256(DATA.joinpath(name).read_bytes()).hexdigest() == digest, name
+
+
+def test_induction_score_counts_only_the_token_after_the_most_recent_occurrence():
+    """Period 4, with token 5 drawn twice in the first period (a chance duplicate): its repeats' most recent
+    earlier occurrence is the duplicate one period back; a head that attends to the older copy's next
+    token gets no credit, and a query whose most recent occurrence is not one period back is not counted."""
+    tokens = torch.tensor([[5, 9, 5, 7, 5, 9, 5, 7, 5, 9]])  # n = 4: positions 0 and 2 both hold 5
+    periods = torch.tensor([4])
+    assert induction_targets(tokens).tolist() == [[-1, -1, 1, -1, 3, 2, 5, 4, 7, 6]]
+    queries = induction_queries(tokens, periods)[0].tolist()
+    assert queries == [False] * 4 + [False, True, False, True, False, True]  # query 4: its last 5 is at 2
+    T = tokens.shape[-1]
+    recent = torch.zeros(1, 1, T, T)
+    for t, j in enumerate(induction_targets(tokens)[0].tolist()):
+        recent[0, 0, t, max(j, 0)] = 1.0
+    older = torch.zeros(1, 1, T, T)
+    older[0, 0, :, 0] = 1.0
+    older[0, 0, 9, 2] = 1.0  # query 9 (token 9) on the token after its first occurrence, not its latest (6)
+    older[0, 0, 7, 4] = 1.0  # query 7 (token 7) on its latest occurrence's next token
+    assert induction_score(recent, tokens, periods).tolist() == [1.0]
+    assert induction_score(older, tokens, periods).tolist() == pytest.approx([1 / 3])
+    from attention_book.induction import any_copy_weights
+
+    assert any_copy_weights(older, tokens)[0, 0, 9] == 1.0  # key 2 follows an earlier 9: any copy counts
+    assert any_copy_weights(older, tokens)[0, 0, 1] == 0.0
+    curve = induction_curve(older, tokens, periods)[0]
+    assert curve[[5, 7, 9]].tolist() == [0.0, 1.0, 0.0] and curve[:5].isnan().all()
+
+
+def test_previous_token_curve_is_per_position_and_averages_to_the_score():
+    weights = torch.softmax(torch.randn(3, 2, 6, 6, generator=torch.Generator().manual_seed(0)), -1)
+    curve = previous_token_curve(weights)  # (H, T − 1)
+    assert curve.shape == (2, 5)
+    torch.testing.assert_close(curve[:, 2], weights[:, :, 3, 2].mean(0))
+    torch.testing.assert_close(curve.mean(-1), previous_token_score(weights))
+
+
+def test_optimal_losses_know_the_task():
+    """The best predictor's loss: ln 64 while no period is possible yet, lower where a repeat could start,
+    and the mean over the evaluation batch is below every trained model's."""
+    config = InductionConfig()
+    tokens, periods = evaluation_batch(config)
+    losses = optimal_losses(tokens, config)  # (B, T − 1)
+    torch.testing.assert_close(losses[:, :7], torch.full((len(tokens), 7), math.log(64)))  # targets 1 … 7
+    first, repeated = half_losses(losses, periods)
+    assert 4.15 < first < 4.3 and repeated < 0.01
+    # a hand case: period 8, position 8 repeats token 0; the predictor gives it P = 1/9 + 8/9 · 1/64
+    row = torch.arange(16)[None] % 8
+    assert optimal_losses(row, config)[0, 7].item() == pytest.approx(-math.log(1 / 9 + 8 / 9 / 64), rel=1e-5)
+    for kind in ("learned", "rope"):
+        assert first < STORED["variants"][kind]["metrics"]["loss_first_half"]
+
+
+def test_head_outputs_add_up_and_attribution_is_exact():
+    model, _ = load_trained("learned")
+    tokens, periods = evaluation_batch(model.config)
+    tokens, periods = tokens[:64], periods[:64]
+    start, pieces = head_outputs(model, tokens)
+    with torch.no_grad():
+        logits, _ = model(tokens)
+    total = start + sum(piece.sum(1) for piece in pieces)  # (B, T, E)
+    torch.testing.assert_close(model.unembed(total).detach(), logits, atol=1e-4, rtol=1e-4)
+    dla = direct_logit_attribution(model, tokens, periods)  # (L, H)
+    assert dla.shape == (2, 4) and dla[1].min() > 1.0 > dla[0].abs().max()  # layer 2 copies, layer 1 does not
+
+
+def test_ov_circuits_copy_in_the_induction_heads_and_not_at_random():
+    model, _ = load_trained("learned")
+    QK, OV = qk_ov(model, 1, 0)
+    assert QK.shape == OV.shape == (64, 64)
+    assert torch.linalg.matrix_rank(OV) <= 16  # a head of width d_k = 16
+    circuit = token_ov_circuit(model, 1, 0)  # (V, V)
+    top1, positivity = copying_scores(circuit)
+    random_top1, random_positivity = random_head_copying(model, 1, 0, samples=10)
+    assert top1 > 0.5 > 0.1 > random_top1 and positivity > 0.9 > 0.3 > abs(random_positivity)
+    assert copying_scores(torch.eye(5)) == (1.0, 1.0) and copying_scores(-torch.eye(5))[1] == -1.0
+
+
+def test_k_composition_path_ablation():
+    """Removing the previous-token head from the induction heads' keys alone undoes the copying; from their
+    queries or values alone it does not. Removing it from every side equals zeroing it in layer 1 except
+    for its direct path to the logits, which the ablation keeps."""
+    model, record = load_trained("learned")
+    tokens, periods = evaluation_batch(model.config)
+    tokens, periods = tokens[:128], periods[:128]
+
+    def repeated(logits):
+        return half_losses(loss_per_token(logits, tokens), periods)[1]
+
+    with torch.no_grad():
+        plain = repeated(model(tokens)[0])
+        none_removed = repeated(path_ablated_forward(model, tokens, 3, sides=())[0])
+    assert none_removed == pytest.approx(plain, abs=1e-5)  # removing from no side changes nothing
+    keys = repeated(path_ablated_forward(model, tokens, 3, ("key",))[0])
+    queries = repeated(path_ablated_forward(model, tokens, 3, ("query",))[0])
+    values = repeated(path_ablated_forward(model, tokens, 3, ("value",))[0])
+    assert keys > 3.0 and max(queries, values) < 2 * plain + 0.1
+    other = repeated(path_ablated_forward(model, tokens, 1, ("key",))[0])  # another layer-1 head's keys path
+    assert other < 2 * plain + 0.1
+    with pytest.raises(ValueError, match=r"sides from \('query', 'key', 'value'\)"):
+        path_ablated_forward(model, tokens, 3, ("keys",))
+
+
+def test_length_generalisation_record_and_learned_positions_refuse_longer():
+    model, _ = load_trained("learned")
+    result = evaluate_length(model, 64)
+    assert "error" in result and "positions 0..63 are outside the 32 learned positions 0..31" in result["error"]
+    assert LENGTH["length"]["learned"]["64"] == result
+    for kind in POSITION_KINDS[1:]:  # every stored entry, recomputed from the stored weights
+        model, _ = load_trained(kind)
+        for length in (32, 64, 128):
+            stored, again = LENGTH["length"][kind][str(length)], evaluate_length(model, length)
+            for name in ("loss_first_half", "loss_repeated_half", "induction_score"):
+                torch.testing.assert_close(torch.tensor(again[name]), torch.tensor(stored[name]), atol=2e-4,
+                                           rtol=1e-4)
+            assert len(again["repeated_loss_per_position"]) == length - 1
+            assert again["repeated_loss_per_position"] == pytest.approx(stored["repeated_loss_per_position"],
+                                                                        abs=2e-3, nan_ok=True)
+    assert set(LENGTH["length"]) == set(POSITION_KINDS) and all(set(r) == {"32", "64", "128"}
+                                                                  for r in LENGTH["length"].values())
+
+
+def paged_forward(model, tokens, prompt_lengths, steps):
+    """Prefill each sequence's prompt alone, then decode all of them together one token at a time
+    through a paged cache; returns the logits of each decode step (B, V)."""
+    caches = [PagedKVCache(BlockPool(32, 4), len(tokens)) for _ in model.layers]
+    for row, n in enumerate(prompt_lengths):
+        model(tokens[row:row + 1, :n], caches=[cache.for_rows([row]) for cache in caches])
+    outputs = []
+    for step in range(steps):
+        new = torch.stack([tokens[row, n + step] for row, n in enumerate(prompt_lengths)])[:, None]
+        outputs.append(model(new, caches=caches)[0][:, -1])
+    return outputs
+
+
+@pytest.mark.parametrize("positions", POSITION_KINDS)
+def test_a_paged_cache_with_sequences_of_different_lengths_equals_full_recomputation(positions):
+    """Each sequence at its own positions (RoPE, ALiBi, absolute), padding masked: chapter 7's rule."""
+    model = AttentionOnly(InductionConfig(positions=positions)).eval()
+    tokens, _ = repeated_tokens(2, model.config, torch.Generator().manual_seed(4))
+    lengths, steps = (9, 4), 5
+    with torch.no_grad():
+        outputs = paged_forward(model, tokens, lengths, steps)
+        for step, cached in enumerate(outputs):
+            for row, n in enumerate(lengths):
+                full = model(tokens[row:row + 1, :n + step + 1])[0][0, -1]
+                torch.testing.assert_close(cached[row], full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("positions", ["rope", "alibi", "learned"])
+def test_a_ring_cache_follows_the_window(positions):
+    """With window = 5 and a ring cache of 5 slots the cached model equals the full windowed model; the
+    mask comes from the ring's positions, so the prefill's queries do not see past the window."""
+    model = AttentionOnly(InductionConfig(positions=positions, window=5)).eval()
+    tokens, _ = repeated_tokens(2, model.config, torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        full, _ = model(tokens)
+        caches = [RingKVCache(5) for _ in model.layers]
+        steps = [model(tokens[:, :8], caches=caches)[0]] + [model(tokens[:, t:t + 1], caches=caches)[0]
+                                                             for t in range(8, tokens.shape[1])]
+        wide_model = AttentionOnly(replace(model.config, window=None)).eval()
+        wide_model.load_state_dict(model.state_dict())  # the same weights, every earlier key in view
+        wide, _ = wide_model(tokens)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(full, wide, atol=1e-2)  # the window does change the model

@@ -4,7 +4,10 @@ The task: n random tokens, then the same n tokens again. The first half cannot b
 can, by a two-head circuit (Elhage et al., 2021; Olsson et al., 2022): a previous-token head in layer 1
 writes "the token before me was a" into each position, and an induction head in layer 2 looks for the
 position whose previous token is the current one, and copies the token it finds there.
-`scripts/train_induction.py` trains three variants (learned positions, RoPE, none) and stores them.
+`scripts/train_induction.py` trains three variants (learned positions, RoPE, none) and
+`scripts/train_length.py` two more (sinusoidal, ALiBi), for the length-generalisation experiment. After the
+model and its training come the measurements: per-position scores, the heads' QK and OV circuits, and a
+path ablation that tests K-composition.
 """
 
 import json
@@ -16,11 +19,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .causal import causal_mask
-from .kv_cache import KVCache
-from .positions import LearnedPositions, apply_rope
+from .causal import causal_mask, position_mask
+from .positions import LearnedPositions, alibi_bias, alibi_slopes, apply_rope, sinusoidal_at
 
-POSITION_KINDS = ("learned", "rope", "none")
+POSITION_KINDS = ("learned", "rope", "none", "sinusoidal", "alibi")
+STORED_FILES = ("induction.json", "induction_length.json")  # the first three kinds, then the other two
 EVAL_BATCH, EVAL_SEED = 512, 12345  # the fixed sequences every stored metric is measured on
 
 
@@ -33,30 +36,55 @@ class InductionConfig:
     embed_dim: int = 64  # E
     num_heads: int = 4  # H, so d_k = E/H = 16
     num_layers: int = 2
-    positions: str = "learned"  # "learned" (added to the embeddings), "rope" (rotates q, k) or "none"
+    positions: str = "learned"  # "learned" or "sinusoidal" (added to the embeddings), "rope" (rotates q, k),
+    # "alibi" (a distance penalty on the scores) or "none"
+    window: int | None = None  # sliding window (chapter 7): each query sees itself and window − 1 before
 
 
 class HeadAttention(nn.Module):
-    """Causal multi-head attention that returns its weights and can silence heads (chapter 9)."""
+    """Causal multi-head attention that returns its weights and can silence heads (chapter 9).
+
+    The mask, RoPE's angles and ALiBi's distances all come from positions, as in chapter 7: 0 … T − 1
+    without a cache, else the ones the cache gives (one row per sequence for a paged cache).
+    """
 
     def __init__(self, config: InductionConfig):
         super().__init__()
         E, self.H = config.embed_dim, config.num_heads
-        self.rope = config.positions == "rope"
+        self.positions, self.window = config.positions, config.window
         self.qkv = nn.Linear(E, 3 * E, bias=False)
         self.out = nn.Linear(E, E, bias=False)
 
-    def forward(self, x, head_mask=None, cache: KVCache | None = None):
-        """x (B, T, E) -> (output (B, T, E), weights (B, H, T, S)); head_mask (H,) scales each head's output."""
+    def split(self, x):
+        """x (B, T, E) -> q, k, v, each (B, H, T, d_k)."""
         B, T, E = x.shape
-        start = 0 if cache is None else len(cache)
-        q, k, v = self.qkv(x).reshape(B, T, 3, self.H, E // self.H).permute(2, 0, 3, 1, 4)  # 3 × (B, H, T, d_k)
-        if self.rope:
-            q, k = apply_rope(q, start), apply_rope(k, start)  # rotated by positions start … start + T − 1
+        return self.qkv(x).reshape(B, T, 3, self.H, E // self.H).permute(2, 0, 3, 1, 4)
+
+    def forward(self, x, head_mask=None, cache=None, key_input=None, value_input=None):
+        """x (B, T, E) -> (output (B, T, E), weights (B, H, T, S)); head_mask (H,) scales each head's output.
+
+        key_input and value_input (B, T, E), if given, replace x where keys or values are read (a path
+        ablation); queries always read x.
+        """
+        B, T, E = x.shape
+        q, k, v = self.split(x)  # 3 × (B, H, T, d_k)
+        if key_input is not None:
+            k = self.split(key_input)[1]
+        if value_input is not None:
+            v = self.split(value_input)[2]
+        if cache is None:
+            query_positions = key_positions = torch.arange(T, device=x.device)  # (T,), (S,) with S = T
+        else:
+            query_positions, key_positions = cache.positions(T, x.device)  # (T,), (S,) or (B, T), (B, S)
+        if self.positions == "rope":  # the new queries and keys at their own positions
+            q, k = apply_rope(q, positions=query_positions), apply_rope(k, positions=query_positions)
         if cache is not None:
             k, v = cache.append(k, v)  # (B, H, S, d_k): keys are cached already rotated
         scores = q @ k.transpose(-2, -1) / math.sqrt(E // self.H)  # (B, H, T, S)
-        scores = scores.masked_fill(~causal_mask(T, k.shape[-2], device=x.device), float("-inf"))
+        if self.positions == "alibi":
+            scores = scores + alibi_bias(query_positions, key_positions, alibi_slopes(self.H))  # (…, H, T, S)
+        mask = position_mask(query_positions, key_positions, self.window)  # (T, S) or (B, T, S)
+        scores = scores.masked_fill(~(mask if mask.dim() == 2 else mask[:, None]), float("-inf"))
         weights = scores.softmax(dim=-1)  # (B, H, T, S)
         heads = weights @ v  # (B, H, T, d_k)
         if head_mask is not None:
@@ -79,14 +107,26 @@ class AttentionOnly(nn.Module):
         self.layers = nn.ModuleList([HeadAttention(config) for _ in range(config.num_layers)])
         self.unembed = nn.Linear(config.embed_dim, config.vocab_size, bias=False)
 
+    def embed(self, tokens, caches=None):
+        """tokens (B, T) -> the residual stream's start (B, T, E): token embeddings, plus absolute
+        positions (learned or sinusoidal) at the positions the caches give, 0 … T − 1 without them."""
+        validate_tokens(tokens, self.config.vocab_size)
+        x = self.embedding(tokens)  # (B, T, E)
+        if self.config.positions in ("learned", "sinusoidal"):
+            T = tokens.shape[-1]
+            positions = (torch.arange(T, device=tokens.device) if caches is None
+                         else caches[0].positions(T, tokens.device)[0])  # (T,) or (B, T)
+            if self.config.positions == "learned":
+                return self.position(x, positions=positions)  # a clear error past the table's end
+            return x + sinusoidal_at(positions, self.config.embed_dim)
+        return x
+
     def forward(self, tokens, head_mask=None, caches=None):
         """tokens (B, T) -> (logits (B, T, V), per-layer weights [(B, H, T, S)]).
 
         head_mask (L, H): 1 keeps a head, 0 ablates it. With caches, tokens are the newest T positions.
         """
-        x = self.embedding(tokens)  # (B, T, E)
-        if self.config.positions == "learned":
-            x = self.position(x, 0 if caches is None else len(caches[0]))
+        x = self.embed(tokens, caches)  # (B, T, E)
         maps = []
         for i, (norm, layer) in enumerate(zip(self.norms, self.layers, strict=True)):
             out, weights = layer(norm(x), None if head_mask is None else head_mask[i],
@@ -96,8 +136,10 @@ class AttentionOnly(nn.Module):
         return self.unembed(x), maps
 
 
-def repeated_tokens(batch: int, config: InductionConfig, generator: torch.Generator):
-    """Tokens (B, T = 2·n_max) and periods (B,): n random tokens, then the same n again and again (chapter 9).
+def repeated_tokens(batch: int, config: InductionConfig, generator: torch.Generator, length: int | None = None):
+    """Tokens (B, T) and periods (B,): n random tokens, then the same n again and again (chapter 9).
+
+    T = 2·n_max unless `length` says otherwise (the length-generalisation experiment makes it longer).
 
     Each sequence draws its own n from n_max/2 … n_max, so token t equals token t − n for t ≥ n. The period
     varies so that no fixed offset predicts the copy: the model must find the earlier occurrence by content.
@@ -105,7 +147,7 @@ def repeated_tokens(batch: int, config: InductionConfig, generator: torch.Genera
     n_max = config.half_length
     periods = torch.randint(n_max // 2, n_max + 1, (batch,), generator=generator)  # (B,)
     first = torch.randint(0, config.vocab_size, (batch, n_max), generator=generator)  # (B, n_max)
-    index = torch.arange(2 * n_max)[None, :] % periods[:, None]  # (B, T): t mod n
+    index = torch.arange(2 * n_max if length is None else length)[None, :] % periods[:, None]  # (B, T): t mod n
     return first.gather(1, index), periods  # (B, T), (B,)
 
 
@@ -133,29 +175,110 @@ def half_losses(losses: torch.Tensor, periods: torch.Tensor) -> tuple[float, flo
 
 
 def previous_token_score(weights: torch.Tensor) -> torch.Tensor:
-    """Mean weight a query puts on the position just before it, over queries 1 … T − 1: (B, H, T, T) -> (H,)."""
-    return weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(0, -1))  # diagonal (B, H, T − 1)
+    """Mean weight a query puts on the position just before it, over
+    queries 1 … T − 1 and the batch: (B, H, T, T) -> (H,)."""
+    before = weights.diagonal(offset=-1, dim1=-2, dim2=-1)  # (B, H, T − 1)
+    return before.mean(dim=(0, -1))  # (H,)
+
+
+def previous_token_curve(weights: torch.Tensor) -> torch.Tensor:
+    """Weight on the position just before, per query position 1 … T − 1, averaged over the batch:
+    (B, H, T, T) -> (H, T − 1). Its mean over positions is `previous_token_score`."""
+    return weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=0)  # (H, T − 1)
 
 
 def induction_targets(tokens: torch.Tensor) -> torch.Tensor:
-    """(B, T, T): True where key j's previous token equals query t's token (1 ≤ j ≤ t): where to look next."""
-    same = tokens[:, :, None] == tokens[:, None, :]  # (B, T, T): token t equals token j
-    follows = torch.zeros_like(same)
-    follows[:, :, 1:] = same[:, :, :-1]  # (B, T, T): token t equals token j − 1
-    return follows & causal_mask(tokens.shape[-1], device=tokens.device)  # (B, T, T)
+    """(B, T): the key an induction head should attend to from query t: the
+    position just after the most recent earlier occurrence of token t; −1
+    where the token has not occurred before (chapter 9)."""
+    T = tokens.shape[-1]
+    same = tokens[:, :, None] == tokens[:, None, :]  # (B, T, T)
+    earlier = same & causal_mask(T, device=tokens.device).tril(-1)  # j < t
+    j = torch.arange(T, device=tokens.device)
+    last = torch.where(earlier, j, -1).amax(dim=-1)  # (B, T): −1 if none
+    return torch.where(last >= 0, last + 1, -1)  # (B, T)
 
 
-def induction_score(weights: torch.Tensor, tokens: torch.Tensor, periods: torch.Tensor) -> torch.Tensor:
-    """Mean total weight a repeating query puts on keys whose previous token is its own token (chapter 9).
+def induction_queries(tokens: torch.Tensor,
+                      periods: torch.Tensor) -> torch.Tensor:
+    """(B, T): the queries an induction score counts (chapter 9).
 
-    weights (B, H, T, T), tokens (B, T), periods (B,) -> (H,); queries t ≥ n, where the token has been seen.
+    Query t counts when it is in the repeated part (t ≥ n) and the most
+    recent earlier occurrence of its token is one period back. A token drawn
+    twice by chance within one period has a nearer copy, whose next token is
+    the wrong one to copy: those queries are left out.
     """
-    on_targets = (weights * induction_targets(tokens)[:, None]).sum(-1)  # (B, H, T)
-    queries = torch.arange(tokens.shape[-1])[None, :] >= periods[:, None]  # (B, T)
+    t = torch.arange(tokens.shape[-1], device=tokens.device)[None, :]
+    one_period_back = induction_targets(tokens) == t - periods[:, None] + 1
+    return (t >= periods[:, None]) & one_period_back  # (B, T)
+
+
+def induction_weights(weights: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Each query's weight on its induction target (B, H, T, T) -> (B, H, T); 0 where it has none."""
+    targets = induction_targets(tokens)  # (B, T)
+    picked = weights.gather(-1, targets.clamp(min=0)[:, None, :, None].expand(-1, weights.shape[1], -1, 1))
+    return picked[..., 0] * (targets >= 0)[:, None]  # (B, H, T)
+
+
+def any_copy_weights(weights: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Each query's total weight on the keys just after *any* earlier occurrence of its token, every one of
+    which precedes the same next token in a periodic sequence: (B, H, T, T) -> (B, H, T) (chapter 9)."""
+    T = tokens.shape[-1]
+    same = tokens[:, :, None] == tokens[:, None, :]  # (B, T, T)
+    after = torch.zeros_like(same)
+    after[:, :, 1:] = same[:, :, :-1]  # key j's previous token is token t
+    after &= causal_mask(T, device=tokens.device)
+    return (weights * after[:, None]).sum(-1)  # (B, H, T)
+
+
+def induction_score(weights: torch.Tensor, tokens: torch.Tensor,
+                    periods: torch.Tensor) -> torch.Tensor:
+    """Mean weight a query puts on the token after the most recent earlier
+    occurrence of its own token, over the queries `induction_queries` counts
+    (chapter 9; Olsson et al., 2022's prefix matching).
+
+    weights (B, H, T, T), tokens (B, T), periods (B,) -> (H,).
+    """
+    queries = induction_queries(tokens, periods)  # (B, T)
     if not queries.any():
         raise ValueError(f"periods {periods.tolist()} leave no repeating query in tokens {tuple(tokens.shape)}: "
                          f"a period must be below T = {tokens.shape[-1]}")
-    return on_targets.transpose(0, 1)[:, queries].mean(-1)  # (H, queries) -> (H,)
+    on_target = induction_weights(weights, tokens)  # (B, H, T)
+    return on_target.transpose(0, 1)[:, queries].mean(-1)  # (H,)
+
+
+def induction_curve(weights: torch.Tensor, tokens: torch.Tensor, periods: torch.Tensor) -> torch.Tensor:
+    """The induction score per query position (B, H, T, T) -> (H, T); NaN where no query counts."""
+    queries = induction_queries(tokens, periods).float()  # (B, T)
+    total = (induction_weights(weights, tokens) * queries[:, None]).sum(0)  # (H, T)
+    return total / queries.sum(0)  # (H, T): 0 / 0 = NaN where no query counts
+
+
+def optimal_losses(tokens: torch.Tensor,
+                   config: InductionConfig) -> torch.Tensor:
+    """Per-token loss (B, T − 1) of the best possible predictor of this task
+    (chapter 9). It knows that the period n is uniform on n_max/2 … n_max
+    and the tokens uniform on V, and weighs every period the tokens so far
+    allow by its posterior probability: before a repeat shows, it hedges
+    between "a new token" and "the token n back"."""
+    V, n_max = config.vocab_size, config.half_length
+    losses = []
+    for p in range(1, tokens.shape[-1]):  # predict token p from 0 … p − 1
+        log_posterior, chance = [], []
+        for n in range(n_max // 2, n_max + 1):  # every period the task draws
+            # (B,): tokens 0 … p − 1 repeat with period n (always, if n ≥ p)
+            fits = (tokens[:, n:p] == tokens[:, :max(p - n, 0)]).all(-1)
+            log_lik = torch.where(fits, -min(n, p) * math.log(V), -math.inf)
+            log_posterior.append(log_lik)  # a uniform prior adds a constant
+            if n > p:  # token p is still new: 1/V
+                new = torch.full_like(fits, 1 / V, dtype=torch.float64)
+                chance.append(new)
+            else:  # token p repeats token p − n: probability 1 or 0
+                chance.append((tokens[:, p] == tokens[:, p - n]).double())
+        posterior = torch.stack(log_posterior, -1).softmax(-1)  # (B, K)
+        right = (posterior * torch.stack(chance, -1)).sum(-1)  # (B,)
+        losses.append(-right.log())
+    return torch.stack(losses, -1).float()  # (B, T − 1)
 
 
 def evaluate(model: AttentionOnly, tokens: torch.Tensor, periods: torch.Tensor) -> dict:
@@ -211,9 +334,10 @@ def train(config: InductionConfig, train_config: TrainConfig = TrainConfig()) ->
     return model.eval(), curve
 
 
-def evaluation_batch(config: InductionConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """The fixed evaluation sequences (B, T) and their periods (B,), the same on every machine."""
-    return repeated_tokens(EVAL_BATCH, config, torch.Generator().manual_seed(EVAL_SEED))
+def evaluation_batch(config: InductionConfig, length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fixed evaluation sequences (B, T) and their periods (B,), the same on every machine; T = 2·n_max
+    unless `length` is given (the same periods and first tokens, repeated further)."""
+    return repeated_tokens(EVAL_BATCH, config, torch.Generator().manual_seed(EVAL_SEED), length)
 
 
 def load_trained(positions: str) -> tuple[AttentionOnly, dict]:
@@ -223,9 +347,12 @@ def load_trained(positions: str) -> tuple[AttentionOnly, dict]:
     The weights are a plain state_dict read with `torch.load(weights_only=True)`: no pickled code runs.
     """
     data = resources.files("attention_book").joinpath("data")
-    stored = json.loads(data.joinpath("induction.json").read_text())
-    if positions not in stored["variants"]:
-        raise ValueError(f"no trained model with positions={positions!r}; stored: {sorted(stored['variants'])}")
+    files = [json.loads(data.joinpath(name).read_text()) for name in STORED_FILES if data.joinpath(name).is_file()]
+    found = [stored for stored in files if positions in stored["variants"]]
+    if not found:
+        kinds = sorted(kind for stored in files for kind in stored["variants"])
+        raise ValueError(f"no trained model with positions={positions!r}; stored: {kinds}")
+    stored = found[0]
     record = {**stored["variants"][positions], "machine": stored["machine"], "train": stored["train"]}
     model = AttentionOnly(InductionConfig(**record["config"]))
     with data.joinpath(record["weights"]).open("rb") as file:
@@ -233,6 +360,185 @@ def load_trained(positions: str) -> tuple[AttentionOnly, dict]:
     return model.eval(), record
 
 
+def load_length_record() -> dict:
+    """What `scripts/train_length.py` stored: the two models it trained and, for all five position kinds,
+    `evaluate_length` at 1, 2 and 4 times the trained length (chapter 9)."""
+    data = resources.files("attention_book").joinpath("data")
+    return json.loads(data.joinpath("induction_length.json").read_text())
+
+
 def config_dict(config) -> dict:
     """A frozen config as a JSON-ready dict."""
     return asdict(config)
+
+
+# Length generalisation: a model trained at T = 2·n_max, run on longer sequences of the same task.
+
+def evaluate_length(model: AttentionOnly, length: int) -> dict:
+    """Loss on the first n and on the repeated tokens, the layer-2 induction scores, and the loss on the
+    repeated tokens per target position (NaN where none), on the evaluation batch made `length` long.
+    A model that cannot run at that length (learned positions past its table) gives {"error": message}."""
+    tokens, periods = evaluation_batch(model.config, length)  # (B, T), (B,)
+    try:
+        with torch.no_grad():
+            logits, maps = model(tokens)
+    except ValueError as error:
+        return {"error": str(error)}
+    losses = loss_per_token(logits, tokens)  # (B, T − 1)
+    first, repeated = half_losses(losses, periods)
+    repeated_mask = half_masks(periods, length)[1].float()  # (B, T − 1)
+    per_position = (losses * repeated_mask).sum(0) / repeated_mask.sum(0)  # (T − 1,)
+    return {"loss_first_half": first, "loss_repeated_half": repeated,
+            "induction_score": induction_score(maps[-1], tokens, periods).tolist(),
+            "repeated_loss_per_position": [round(float(x), 4) for x in per_position]}
+
+
+# Circuits: each head's QK and OV matrices, and what its OV circuit does to tokens (Elhage et al., 2021).
+
+def head_weights(model: AttentionOnly, layer: int, head: int) -> dict[str, torch.Tensor]:
+    """One head's W_Q, W_K, W_V (E, d_k) and W_O (d_k, E), for row vectors: q = x W_Q, out = z W_O."""
+    E, H = model.config.embed_dim, model.config.num_heads
+    d, attention = E // H, model.layers[layer]
+    rows = slice(head * d, (head + 1) * d)
+    W_q, W_k, W_v = attention.qkv.weight.detach().split(E)  # (E, E) each, rows = output features
+    return {"W_Q": W_q[rows].T, "W_K": W_k[rows].T, "W_V": W_v[rows].T,
+            "W_O": attention.out.weight.detach()[:, rows].T}
+
+
+def qk_ov(model: AttentionOnly, layer: int, head: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The head's QK matrix W_Q W_Kᵀ (E, E), score = x_query W_QK x_keyᵀ (before RoPE and the 1/√d_k), and
+    its OV matrix W_V W_O (E, E), write = x_key W_OV (Elhage et al., 2021)."""
+    w = head_weights(model, layer, head)
+    return w["W_Q"] @ w["W_K"].T, w["W_V"] @ w["W_O"]  # (E, E), (E, E)
+
+
+def normed_embeddings(model: AttentionOnly, layer: int) -> torch.Tensor:
+    """Every token's embedding (V, E) through the layer's LayerNorm: what the layer reads of a token,
+    without positions and without what earlier layers wrote."""
+    with torch.no_grad():
+        return model.norms[layer](model.embedding.weight)  # (V, E)
+
+
+def token_ov_circuit(model: AttentionOnly, layer: int, head: int, W_OV: torch.Tensor | None = None):
+    """The full OV circuit (V, V): row a is the direct effect on the V logits of the head attending to a
+    position holding token a, LN(W_E)[a] W_OV W_Uᵀ. A copying head has large diagonal entries."""
+    W_OV = qk_ov(model, layer, head)[1] if W_OV is None else W_OV  # (E, E)
+    return normed_embeddings(model, layer) @ W_OV @ model.unembed.weight.detach().T  # (V, V)
+
+
+def position_qk_circuit(model: AttentionOnly, head: int) -> torch.Tensor:
+    """Layer 1's QK circuit on learned positions alone (T, T): LN(P)[p] W_QK LN(P)[s]ᵀ / √d_k, the score a
+    query at p gives a key at s from their positions (the tokens left out), future keys −inf."""
+    if model.config.positions != "learned":
+        raise ValueError(f"a position QK circuit needs learned positions, not {model.config.positions!r}")
+    with torch.no_grad():
+        P = model.norms[0](model.position.embedding.weight)  # (T, E)
+    d = model.config.embed_dim // model.config.num_heads
+    scores = P @ qk_ov(model, 0, head)[0] @ P.T / math.sqrt(d)  # (T, T)
+    return scores.masked_fill(~causal_mask(len(P)), float("-inf"))
+
+
+def k_composition_qk(model: AttentionOnly, previous_head: int, head: int) -> torch.Tensor:
+    """Layer-2 head `head`'s QK circuit through layer-1 head `previous_head` (V, V) (Elhage et al., 2021):
+    entry (a, b) scores a query holding token a against a key into which the layer-1 head copied token b
+    (from the position before it). An induction head scores the diagonal highest: "my token was the
+    previous token there". LayerNorm on the key side is taken as its centring and gain only (the scale
+    changes every score of a row alike)."""
+    query = normed_embeddings(model, 1)  # (V, E): what layer 2 reads of the current token
+    written = normed_embeddings(model, 0) @ qk_ov(model, 0, previous_head)[1]  # (V, E): layer 1's copy
+    key = (written - written.mean(-1, keepdim=True)) * model.norms[1].weight.detach()  # (V, E)
+    return query @ qk_ov(model, 1, head)[0] @ key.T  # (V, V)
+
+
+def copying_scores(circuit: torch.Tensor) -> tuple[float, float]:
+    """(fraction of tokens whose own logit the circuit (V, V) raises most, eigenvalue positivity
+    Σλ / Σ|λ| of Elhage et al., 2021: 1 for a pure copier, about 0 for a random matrix)."""
+    top1 = (circuit.argmax(dim=-1) == torch.arange(circuit.shape[0])).float().mean()
+    eigenvalues = torch.linalg.eigvals(circuit.double())
+    return float(top1), float(eigenvalues.sum().real / eigenvalues.abs().sum())
+
+
+def random_head_copying(model: AttentionOnly, layer: int, head: int, samples: int = 100, seed: int = 0):
+    """The reference: `copying_scores` of heads whose W_V and W_O are random Gaussian matrices of the same
+    shapes and norms as the trained head's, averaged over `samples`: (top-1 fraction, positivity)."""
+    w, generator = head_weights(model, layer, head), torch.Generator().manual_seed(seed)
+    scores = []
+    for _ in range(samples):
+        W_V, W_O = (torch.randn(w[k].shape, generator=generator) for k in ("W_V", "W_O"))
+        W_V, W_O = W_V * w["W_V"].norm() / W_V.norm(), W_O * w["W_O"].norm() / W_O.norm()
+        scores.append(copying_scores(token_ov_circuit(model, layer, head, W_V @ W_O)))
+    return tuple(float(x) for x in torch.tensor(scores).mean(0))
+
+
+def head_outputs(model: AttentionOnly, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The residual stream's pieces: the embedding (B, T, E) and each layer's per-head outputs
+    (B, H, T, E), which sum to the layer's output (the output projection has no bias)."""
+    H = model.config.num_heads
+    with torch.no_grad():
+        x = model.embed(tokens)  # (B, T, E)
+        start, pieces = x, []
+        for norm, layer in zip(model.norms, model.layers, strict=True):
+            normed = norm(x)
+            pieces.append(torch.stack([layer(normed, torch.eye(H)[h])[0] for h in range(H)], 1))
+            x = x + pieces[-1].sum(1)
+    return start, pieces
+
+
+def direct_logit_attribution(model: AttentionOnly, tokens: torch.Tensor, periods: torch.Tensor) -> torch.Tensor:
+    """Each head's direct effect on the logit of the right next token, minus its mean effect on all V
+    logits, averaged over the queries `induction_queries` counts (but the last): (L, H) (chapter 9).
+    The unembedding reads the residual stream directly, so these effects add up to the logits."""
+    _, pieces = head_outputs(model, tokens)
+    queries = induction_queries(tokens, periods)[:, :-1]  # (B, T − 1): query t predicts token t + 1
+    rows = []
+    for piece in pieces:  # (B, H, T, E)
+        logits = model.unembed(piece[:, :, :-1]).detach()  # (B, H, T − 1, V)
+        logits = logits - logits.mean(-1, keepdim=True)  # only differences between tokens matter
+        right = logits.gather(-1, tokens[:, None, 1:, None].expand(-1, logits.shape[1], -1, 1))[..., 0]
+        rows.append(right.transpose(0, 1)[:, queries].mean(-1))  # (H,)
+    return torch.stack(rows)  # (L, H)
+
+
+# K-composition: does the induction head find its key through what the previous-token head wrote there?
+
+PATH_SIDES = ("query", "key", "value")
+
+
+def path_ablated_forward(model: AttentionOnly, tokens: torch.Tensor,
+                         source_head: int, sides=("key",)):
+    """Run a two-layer model with layer-1 head `source_head`'s output taken
+    out of what layer 2 reads on `sides` ("query", "key", "value"), and
+    nowhere else: the other sides and the direct path to the logits still
+    see it (a path ablation, chapter 9).
+
+    Returns (logits (B, T, V), layer 2's weights (B, H, T, T)).
+    """
+    validate_path_ablation(model, sides)
+    one_hot = torch.eye(model.config.num_heads)[source_head]  # (H,)
+    norm1, norm2 = model.norms
+    layer1, layer2 = model.layers
+    with torch.no_grad():
+        x = model.embed(tokens)  # (B, T, E)
+        x1 = x + layer1(norm1(x))[0]  # (B, T, E): after layer 1
+        without = x1 - layer1(norm1(x), one_hot)[0]  # the head taken out
+        read = {side: norm2(without if side in sides else x1)
+                for side in PATH_SIDES}
+        out, weights = layer2(read["query"], key_input=read["key"],
+                              value_input=read["value"])
+        return model.unembed(x1 + out), weights
+
+
+def validate_path_ablation(model: AttentionOnly, sides) -> None:
+    """A path ablation here needs two layers and sides among PATH_SIDES."""
+    if model.config.num_layers != 2 or any(side not in PATH_SIDES for side in sides):
+        raise ValueError(f"path ablation needs a two-layer model and sides from {PATH_SIDES}; got "
+                         f"{model.config.num_layers} layers and sides={sides!r}")
+
+
+def validate_tokens(tokens: torch.Tensor, vocab_size: int) -> None:
+    """Token ids (B, T) of an integer dtype, each in 0 … V − 1."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.is_floating_point():
+        shape = tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+        raise ValueError(f"tokens must be an integer tensor (B, T), got {shape}")
+    if tokens.numel() and tokens.device.type != "meta" and not 0 <= int(tokens.min()) <= int(tokens.max()) < vocab_size:
+        raise ValueError(f"token ids must be in 0..{vocab_size - 1}, got {int(tokens.min())}..{int(tokens.max())}")
