@@ -123,3 +123,27 @@ def validate_block_size(size: int, name: str) -> None:
     """A block size must be a positive int; the error names the argument (chapter 8)."""
     if not isinstance(size, int) or size < 1:
         raise ValueError(f"{name} must be a positive integer, got {size!r}")
+
+
+def online_attention_states(scores: torch.Tensor, values: torch.Tensor, block_size: int):
+    """One query's attention read `block_size` keys at a time (chapter 8's tiles, for one row): yields
+    (start, stop, m, l, acc) after each tile, with the running maximum m, the running sum l of
+    exp(score − m) and the accumulator acc = Σ exp(score − m) · value over the keys read so far.
+
+    scores (S,), values (S, d_v). After the last tile acc / l = softmax(scores) · values exactly: each
+    tile rescales what came before by exp(m_old − m_new), as `online_softmax` rescales its sum.
+    """
+    validate_block_size(block_size, "block_size")
+    m = torch.tensor(float("-inf"), dtype=scores.dtype)  # ()
+    l = torch.tensor(0.0, dtype=scores.dtype)  # ()
+    acc = values.new_zeros(values.shape[-1])  # (d_v,)
+    for start in range(0, scores.shape[-1], block_size):
+        stop = min(start + block_size, scores.shape[-1])
+        m_new = torch.maximum(m, scores[start:stop].max())
+        shift = finite_or_zero(m_new)
+        p = torch.exp(scores[start:stop] - shift)  # (b,)
+        rescale = torch.exp(m - shift)
+        l = l * rescale + p.sum()
+        acc = acc * rescale + p @ values[start:stop]  # (d_v,)
+        m = m_new
+        yield start, stop, m, l, acc
