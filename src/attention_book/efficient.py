@@ -132,12 +132,14 @@ def tiled_attention_backward(grad_output, query, key, value, output, lse, causal
     G, work = q.shape[0], statistics_dtype(query.dtype)
     d_o = grad_output.expand(*batch, T, d_v).reshape(G, T, d_v).to(work)  # (G, T, d_v)
     o = output.reshape(G, T, d_v).to(work)
-    scale = 1.0 / math.sqrt(d_k)
+    scale = math.log2(math.e) / math.sqrt(d_k)  # base 2, as in the forward
+    q = q.to(work) * scale  # scaled once: (G, T, d_k); so dK = dSᵀ Q / √d_k takes the scaled Q times ln 2
     # L in base 2, and +∞ for a row that saw no key, so that its P = 2^(S − L) is 0, not 2^(−∞ + ∞) = NaN
     lse_2 = (lse.reshape(G, T, 1) * math.log2(math.e)).masked_fill(torch.isneginf(lse.reshape(G, T, 1)),
                                                                      float("inf"))
     delta = (d_o * o).sum(dim=-1, keepdim=True)  # D = rowsum(dO ∘ O): (G, T, 1)
-    d_q = torch.zeros(G, T, d_k, dtype=work, device=q.device)
+    d_q = [torch.zeros(G, n, d_k, dtype=work, device=q.device)  # one buffer per query block: (G, n, d_k)
+           for n in (min(block_q, T - i) for i in range(0, T, block_q))]
     d_k_all = torch.empty(G, S, d_k, dtype=work, device=q.device)
     d_v_all = torch.empty(G, S, d_v, dtype=work, device=q.device)
     offset = S - T  # query i sits at position offset + i
@@ -148,18 +150,19 @@ def tiled_attention_backward(grad_output, query, key, value, output, lse, causal
         d_v_j = torch.zeros(G, b, d_v, dtype=work, device=q.device)
         first_query = max(0, j - offset) // block_q * block_q if causal else 0  # earlier ones see none of it
         for i in range(first_query, T, block_q):
-            q_i = q[:, i:i + block_q].to(work)  # (G, n, d_k)
+            q_i = q[:, i:i + block_q]  # (G, n, d_k), scaled
             n = q_i.shape[1]
-            scores = torch.bmm(q_i, k_j.transpose(1, 2)).mul_(scale * math.log2(math.e))  # (G, n, b), base 2
+            scores = torch.bmm(q_i, k_j.transpose(1, 2))  # (G, n, b), base 2
             mask_scores(scores, causal, offset + i, j, mask, (i, n), batch)
             p = scores.sub_(lse_2[:, i:i + n]).exp2_()  # P recomputed: (G, n, b)
             d_o_i = d_o[:, i:i + n]  # (G, n, d_v)
             d_v_j.baddbmm_(p.transpose(1, 2), d_o_i)  # dV_j += Pᵀ dO_i
             d_p = torch.bmm(d_o_i, v_j.transpose(1, 2))  # (G, n, b)
             d_s = p.mul_(d_p.sub_(delta[:, i:i + n]))  # dS = P ∘ (dP − D_i), in P's buffer
-            d_q[:, i:i + n].baddbmm_(d_s, k_j, alpha=scale)  # dQ_i += dS K_j / √d_k
-            d_k_j.baddbmm_(d_s.transpose(1, 2), q_i, alpha=scale)  # dK_j += dSᵀ Q_i / √d_k
+            d_q[i // block_q].baddbmm_(d_s, k_j, alpha=scale * math.log(2))  # dQ_i += dS K_j / √d_k
+            d_k_j.baddbmm_(d_s.transpose(1, 2), q_i, alpha=math.log(2))  # dK_j += dSᵀ Q_i / √d_k
         d_k_all[:, j:j + b], d_v_all[:, j:j + b] = d_k_j, d_v_j
+    d_q = torch.cat(d_q, dim=1) if d_q else torch.zeros(G, 0, d_k, dtype=work, device=q.device)  # (G, T, d_k)
     return tuple(grad.reshape(*batch, *grad.shape[1:]).to(query.dtype) for grad in (d_q, d_k_all, d_v_all))
 
 
