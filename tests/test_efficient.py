@@ -297,10 +297,10 @@ def test_merge_of_partials_is_exact_and_order_free():
     k[:, 13:] *= 30  # a later chunk with a far larger maximum
     parts = [attention_partial(q, k[:, a:a + 5], v[:, a:a + 5]) for a in range(0, 20, 5)]
     for order in ([0, 1, 2, 3], [3, 1, 0, 2]):
-        m, l, acc = parts[order[0]]
+        m, total, acc = parts[order[0]]
         for i in order[1:]:
-            m, l, acc = merge_partials(m, l, acc, *parts[i])
-        torch.testing.assert_close(acc / l, naive_attention(q, k, v), rtol=1e-12, atol=1e-12)
+            m, total, acc = merge_partials(m, total, acc, *parts[i])
+        torch.testing.assert_close(acc / total, naive_attention(q, k, v), rtol=1e-12, atol=1e-12)
 
 
 def test_split_kv_errors_name_the_shapes():
