@@ -21,24 +21,30 @@ SHARED_MEMORY_LIMIT = 227 * 1024  # bytes of shared memory one thread block may 
 
 
 @triton.jit
-def _attend_block(acc, m, l, q, k_ptrs, v_ptrs, offs_q, offs_k, start, S, offset, qk_scale,
-                  MASKED: tl.constexpr, CAUSAL: tl.constexpr, stride_ks, stride_vs, BLOCK_K: tl.constexpr,
-                  PRECISION: tl.constexpr):
-    """One key block: scores, online-softmax update of (m, l) and of the unnormalised output acc."""
+def _attend_block(acc, m, l, q, k_ptrs, v_ptrs, offs_q, offs_k, start, S,
+                  offset, qk_scale, MASKED: tl.constexpr,
+                  CAUSAL: tl.constexpr, stride_ks, stride_vs,
+                  BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+    """One key block: scores, online-softmax update of (m, l) and of the
+    unnormalised output acc, all three in float32 (chapter 8)."""
     key_pos = start + offs_k  # (BLOCK_K,)
-    k = tl.load(k_ptrs + start * stride_ks, mask=key_pos[None, :] < S, other=0.0)  # (d, BLOCK_K)
-    scores = tl.dot(q, k, input_precision=PRECISION) * qk_scale  # (BLOCK_Q, BLOCK_K), log2 units
+    k = tl.load(k_ptrs + start * stride_ks, mask=key_pos[None, :] < S,
+                other=0.0)  # (d, BLOCK_K)
+    # (BLOCK_Q, BLOCK_K) in log2 units; tl.dot accumulates in float32
+    scores = tl.dot(q, k, input_precision=PRECISION) * qk_scale
     if MASKED:  # the block crosses the diagonal or the end of the keys
         allowed = key_pos[None, :] < S  # (1, BLOCK_K)
         if CAUSAL:
-            allowed = allowed & (key_pos[None, :] <= offs_q[:, None] + offset)  # (BLOCK_Q, BLOCK_K)
+            allowed = allowed & (key_pos[None, :] <= offs_q[:, None] + offset)
         scores = tl.where(allowed, scores, float("-inf"))
     m_new = tl.maximum(m, tl.max(scores, 1))  # (BLOCK_Q,)
     rescale = tl.math.exp2(m - m_new)
     p = tl.math.exp2(scores - m_new[:, None])  # (BLOCK_Q, BLOCK_K)
     l = l * rescale + tl.sum(p, 1)
-    v = tl.load(v_ptrs + start * stride_vs, mask=key_pos[:, None] < S, other=0.0)  # (BLOCK_K, d)
-    acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+    v = tl.load(v_ptrs + start * stride_vs, mask=key_pos[:, None] < S,
+                other=0.0)  # (BLOCK_K, d)
+    pv = tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+    acc = acc * rescale[:, None] + pv
     return acc, m_new, l
 
 
