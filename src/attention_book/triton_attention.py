@@ -1,4 +1,5 @@
-"""Chapter 8's tiled attention as one Triton kernel for CUDA GPUs (FlashAttention's forward pass).
+"""Chapter 8's tiled attention as Triton kernels for CUDA GPUs: FlashAttention's forward pass, and
+FlashAttention-2's backward pass as a dK/dV kernel (key blocks outer) and a dQ kernel (query blocks outer).
 
 Each program instance owns one block of queries of one (batch, head) and walks over the key blocks with
 the online softmax of `efficient.tiled_attention`; scores live only in registers. Import needs the
@@ -173,7 +174,8 @@ def triton_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     fp16, bf16 or fp32 on a CUDA device (or on the CPU under TRITON_INTERPRET=1), d a power of two from 16
     to 256. fp32 is multiplied in full fp32 precision, not TF32. With `causal`, the queries are the last T
     of S positions. Blocks and stages default to `default_config`; whatever is given must fit a thread
-    block's shared memory.
+    block's shared memory. Differentiable: the backward pass runs two more kernels (`TritonAttention`),
+    with the forward's blocks; they are tested in the interpreter, not yet compiled on a GPU by this book.
     """
     validate_attention_inputs(query, key, value)
     if not (query.shape[:-2] == key.shape[:-2] == value.shape[:-2] and query.dim() == 4):
