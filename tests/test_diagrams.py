@@ -27,3 +27,23 @@ def test_every_diagram_is_used_with_alt_text():
         uses = re.findall(rf"!\[([^\]]*)\]\(figures/{re.escape(path.name)}\)", text)
         assert uses, f"{path.name} is not shown in any chapter"
         assert all(len(alt.split()) >= 15 for alt in uses), f"{path.name}: alt text too short"
+
+
+def test_tile_schedule_draws_what_the_causal_mask_allows():
+    """Chapter 8's diagram classifies a tile as the loops of `tiled_attention` treat it: skipped where the
+    causal mask blocks every score of the tile, masked where it blocks some, full where it blocks none; the
+    backward's column walk starts at the first query block that sees the key block."""
+    import importlib.util
+
+    from attention_book.causal import causal_mask
+
+    spec = importlib.util.spec_from_file_location("draw", ROOT / "diagrams" / "draw.py")
+    draw = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(draw)
+    for T, S, block_q, block_k in [(8, 8, 2, 2), (4, 8, 2, 2), (12, 16, 3, 4), (6, 6, 2, 3)]:
+        allowed = causal_mask(T, S)  # (T, S), True = may attend
+        for i0 in range(0, T, block_q):
+            for j0 in range(0, S, block_k):
+                tile = allowed[i0:i0 + block_q, j0:j0 + block_k]
+                expected = draw.SKIPPED if not tile.any() else draw.FULL if tile.all() else draw.MASKED
+                assert draw.tile_kind(i0, j0, block_q, block_k, S - T) == expected, (T, S, block_q, block_k, i0, j0)

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 pytest.importorskip("triton", reason="triton is published for Linux only")
 
 from attention_book.causal import causal_mask  # noqa: E402
+from attention_book.efficient import tiled_attention  # noqa: E402
 from attention_book.measure import attention_tflops  # noqa: E402
 from attention_book.triton_attention import (  # noqa: E402
     SHARED_MEMORY_LIMIT,
@@ -102,3 +103,40 @@ def test_offsets_past_two_to_the_31():
     out = triton_attention(q, k, v)
     last = F.scaled_dot_product_attention(q[:, -1:], k[:, -1:], v[:, -1:])
     torch.testing.assert_close(out[:, -1:], last, rtol=2e-3, atol=2e-3)
+
+
+# The backward kernels (issue 32): gradients equal to chapter 8's PyTorch backward (tiled_attention, proven by
+# gradcheck in test_efficient.py). Tiny shapes: the interpreter runs every program instance in Python.
+GRAD_TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize(("T", "S"), [(32, 32), (37, 50), (20, 45)])
+def test_backward_kernels_equal_the_pytorch_backward(dtype, causal, T, S):
+    gen = torch.Generator().manual_seed(T * S)
+    q, k, v = (torch.randn(1, 2, n, 16, generator=gen).to(DEVICE, dtype).requires_grad_() for n in (T, S, S))
+    d_out = torch.randn(1, 2, T, 16, generator=gen).to(DEVICE, dtype)
+    got = torch.autograd.grad(triton_attention(q, k, v, causal, block_q=16, block_k=16), (q, k, v), d_out)
+    # the reference in float32 from the same 16-bit inputs
+    ref_inputs = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    expected = torch.autograd.grad(tiled_attention(*ref_inputs, causal, 16, 16), ref_inputs, d_out.float())
+    tol = GRAD_TOLERANCE[dtype]
+    for name, g, e in zip("qkv", got, expected, strict=True):
+        assert g.dtype == dtype
+        torch.testing.assert_close(g.float(), e, rtol=tol, atol=tol, msg=f"d{name}")
+
+
+def test_half_precision_error_at_most_twice_sdpas():
+    """FlashAttention's criterion, as for the PyTorch loop: the kernel's fp16 error against a float64
+    reference is at most twice SDPA's fp16 error (plus a floor); its statistics are float32."""
+    gen = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(1, 2, n, 32, generator=gen, dtype=torch.float64) for n in (45, 70, 70))
+    for causal in (False, True):
+        mask = causal_mask(45, 70) if causal else None
+        reference = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        low = [t.to(DEVICE, torch.float16) for t in (q, k, v)]
+        sdpa = F.scaled_dot_product_attention(*low, attn_mask=None if mask is None else mask.to(DEVICE))
+        out = triton_attention(*low, causal, block_q=16, block_k=16)
+        error = (out.double().cpu() - reference).abs().max()
+        assert error <= 2 * (sdpa.double().cpu() - reference).abs().max() + 1e-4

@@ -1,8 +1,12 @@
-"""Exact attention without the T × S score matrix: online softmax and tiling (chapter 8).
+"""Exact attention without the T × S score matrix: online softmax, tiling,
+the backward pass and split-KV decoding (chapter 8).
 
-Milakov & Gimelshein (2018), "Online normalizer calculation for softmax"; Dao et al. (2022), FlashAttention.
+Milakov & Gimelshein (2018), "Online normalizer calculation for softmax";
+Dao et al. (2022), "FlashAttention"; Dao (2023), "FlashAttention-2".
+Lines stay within 79 columns: the chapter prints these functions.
 """
 
+import functools
 import math
 
 import torch
@@ -12,126 +16,50 @@ from .causal import causal_mask
 
 
 def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
-    """Softmax over the last axis, reading it `block_size` entries at a time (chapter 8).
+    """Softmax over the last axis, reading it `block_size` entries at a time
+    (chapter 8).
 
-    Keeps a running maximum m and a running sum l of exp(x − m); when a block raises the maximum, the
-    sum so far is rescaled by exp(m_old − m_new). One pass gives m and l; the result is exp(x − m) / l.
+    Keeps a running maximum m and a running sum l of exp(x − m); when a block
+    raises the maximum, the sum so far is rescaled by exp(m_old − m_new). One
+    pass gives m and l; the result is exp(x − m) / l.
     """
     validate_block_size(block_size, "block_size")
-    m = torch.full(x.shape[:-1] + (1,), float("-inf"), dtype=x.dtype, device=x.device)  # (..., 1)
+    m = torch.full(x.shape[:-1] + (1,), float("-inf"), dtype=x.dtype,
+                   device=x.device)  # (..., 1)
     l = torch.zeros_like(m)  # (..., 1)
     for start in range(0, x.shape[-1], block_size):
         block = x[..., start:start + block_size]  # (..., b)
         m_new = torch.maximum(m, block.amax(dim=-1, keepdim=True))
-        shift = finite_or_zero(m_new)  # what the exponentials subtract: 0 while the row has seen only −∞
-        l = l * torch.exp(m - shift) + torch.exp(block - shift).sum(dim=-1, keepdim=True)
+        shift = finite_or_zero(m_new)  # 0 while the row has seen only −∞
+        l = l * torch.exp(m - shift) + torch.exp(block - shift).sum(
+            dim=-1, keepdim=True)
         m = m_new
     return torch.exp(x - m) / l
 
 
 def finite_or_zero(m: torch.Tensor) -> torch.Tensor:
-    """The running maximum to subtract in the exponentials: −∞ (every score so far masked) becomes 0, as in
-    FlashAttention (chapter 8).
+    """The running maximum to subtract in the exponentials: −∞ (every score
+    so far masked) becomes 0, as in FlashAttention (chapter 8).
 
-    Otherwise exp(m − m_new) would be exp(−∞ + ∞) = NaN for a row whose first blocks are all masked
-    (padding, a sliding window); with 0 the masked scores still give exp(−∞) = 0. The running maximum
-    itself stays −∞, so that the first finite block sets it.
+    Otherwise exp(m − m_new) would be exp(−∞ + ∞) = NaN for a row whose
+    first blocks are all masked (padding, a sliding window); with 0 the
+    masked scores still give exp(−∞) = 0. The running maximum itself stays
+    −∞, so that the first finite block sets it.
     """
     return m.masked_fill(torch.isneginf(m), 0.0)
 
 
-def naive_attention(query, key, value, causal: bool = False) -> torch.Tensor:
-    """The textbook form, softmax(Q Kᵀ / √d_k + mask) V, as chapters 2 and 5 first write it: the whole
-    (..., T, S) score matrix, then its softmax, each in a buffer of its own."""
-    validate_attention_inputs(query, key, value)
-    scores = (query / math.sqrt(query.shape[-1])) @ key.transpose(-2, -1)  # (..., T, S)
-    if causal:
-        blocked = ~causal_mask(query.shape[-2], key.shape[-2], device=query.device)  # (T, S)
-        scores = scores.masked_fill(blocked, float("-inf"))
-    return torch.softmax(scores, dim=-1) @ value  # (..., T, d_v)
+def online_attention_states(scores: torch.Tensor, values: torch.Tensor,
+                            block_size: int):
+    """One query's attention read `block_size` keys at a time (chapter 8's
+    tiles, for one row, as the interactive step-through shows them): yields
+    (start, stop, m, l, acc) after each tile, with the running maximum m,
+    the running sum l of exp(score − m) and the accumulator
+    acc = Σ exp(score − m) · value over the keys read so far.
 
-
-def tiled_attention(query, key, value, causal: bool = False, block_q: int = 256, block_k: int = 256,
-                    mask=None):
-    """Exact attention computed block by block with online softmax; never more than (block_q, block_k)
-    scores per head at once (chapter 8).
-
-    query (..., T, d_k), key (..., S, d_k), value (..., S, d_v) -> (..., T, d_v). With `causal`, the
-    queries are the last T of S positions (chapter 5's bottom-right mask), and key blocks wholly in a
-    query block's future are skipped. `mask` (padding, for example) follows chapter 2's convention and
-    is read one tile at a time; a query that may see no key gets a zero output, as in chapter 2.
-    """
-    score_shape = validate_attention_inputs(query, key, value, mask)  # (..., T, S)
-    validate_block_size(block_q, "block_q")
-    validate_block_size(block_k, "block_k")
-    T, S, d_k, d_v = query.shape[-2], key.shape[-2], query.shape[-1], value.shape[-1]
-    if causal:
-        validate_causal_lengths(T, S)
-    batch = score_shape[:-2]
-    # G = prod(batch): every batch and head axis flattened into one, so that torch.bmm takes them all
-    q = query.expand(*batch, T, d_k).reshape(-1, T, d_k)  # (G, T, d_k); a view unless batch axes broadcast
-    k_t = key.expand(*batch, S, d_k).reshape(-1, S, d_k).transpose(1, 2)  # (G, d_k, S)
-    v = value.expand(*batch, S, d_v).reshape(-1, S, d_v)  # (G, S, d_v), likewise
-    output = torch.empty(q.shape[0], T, d_v, dtype=q.dtype, device=q.device)  # (G, T, d_v)
-    # Base-2 exponentials: e^x = 2^(x · log2 e), so log2 e joins the 1/√d_k scale and m, l, p are in base 2.
-    # Same result, but on x86 CPUs torch.exp is several times slower for every input below about −88 (whose
-    # result underflows), the masked −inf scores among them; torch.exp2 slows only where its result is
-    # subnormal, for inputs between −126 and −149 (chapter 8 times both).
-    scale = math.log2(math.e) / math.sqrt(d_k)
-    offset = S - T  # query i sits at position offset + i
-    for i in range(0, T, block_q):
-        q_block = q[:, i:i + block_q] * scale  # scaled here, one block at a time: (G, n, d_k)
-        n = q_block.shape[1]
-        m = torch.full((q.shape[0], n, 1), float("-inf"), dtype=q.dtype, device=q.device)  # running max
-        l = torch.zeros_like(m)  # running sum of 2^(score − m)
-        acc = torch.zeros(q.shape[0], n, d_v, dtype=q.dtype, device=q.device)  # running unnormalised output
-        last_key = offset + i + n if causal else S  # keys at or after it are every query's future
-        for j in range(0, last_key, block_k):
-            scores = torch.bmm(q_block, k_t[:, :, j:j + block_k])  # (G, n, b)
-            if causal and j + scores.shape[-1] - 1 > offset + i:  # the block crosses the diagonal
-                query_pos = torch.arange(offset + i, offset + i + n, device=q.device)[:, None]  # (n, 1)
-                key_pos = torch.arange(j, j + scores.shape[-1], device=q.device)[None, :]  # (1, b)
-                scores.masked_fill_(key_pos > query_pos, float("-inf"))
-            if mask is not None:
-                tile = mask_tile(mask, slice(i, i + n), slice(j, j + scores.shape[-1]))  # (..., n, b)
-                apply_mask_in_base_2(scores, tile.expand(*batch, *scores.shape[1:]).reshape(scores.shape))
-            m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))  # (G, n, 1)
-            shift = finite_or_zero(m_new)  # 0 while a row has seen only blocked keys
-            rescale = torch.exp2(m - shift)  # how much the old maximum overestimated: (G, n, 1)
-            p = scores.sub_(shift).exp2_()  # in place: (G, n, b)
-            l.mul_(rescale).add_(p.sum(dim=-1, keepdim=True))
-            acc.mul_(rescale).baddbmm_(p, v[:, j:j + block_k])  # acc · rescale + p V_j
-            m = m_new
-        output[:, i:i + block_q] = acc.div_(l.masked_fill_(l == 0, 1.0))  # a row that saw no key: acc = 0
-    return output.reshape(*batch, T, d_v)  # (G, T, d_v) -> (..., T, d_v)
-
-
-def mask_tile(mask: torch.Tensor, rows: slice, cols: slice) -> torch.Tensor:
-    """The rows and columns of a (..., T, S) mask that one tile needs; an axis of size 1 broadcasts whole."""
-    return mask[..., rows if mask.shape[-2] > 1 else slice(None), cols if mask.shape[-1] > 1 else slice(None)]
-
-
-def apply_mask_in_base_2(scores: torch.Tensor, mask: torch.Tensor) -> None:
-    """Chapter 2's mask on a tile of base-2 scores, in place: blocked −∞, or a float mask times log2 e."""
-    if mask.dtype == torch.bool:
-        scores.masked_fill_(~mask, float("-inf"))
-    else:
-        scores.add_(mask, alpha=math.log2(math.e))
-
-
-def validate_block_size(size: int, name: str) -> None:
-    """A block size must be a positive int; the error names the argument (chapter 8)."""
-    if not isinstance(size, int) or size < 1:
-        raise ValueError(f"{name} must be a positive integer, got {size!r}")
-
-
-def online_attention_states(scores: torch.Tensor, values: torch.Tensor, block_size: int):
-    """One query's attention read `block_size` keys at a time (chapter 8's tiles, for one row): yields
-    (start, stop, m, l, acc) after each tile, with the running maximum m, the running sum l of
-    exp(score − m) and the accumulator acc = Σ exp(score − m) · value over the keys read so far.
-
-    scores (S,), values (S, d_v). After the last tile acc / l = softmax(scores) · values exactly: each
-    tile rescales what came before by exp(m_old − m_new), as `online_softmax` rescales its sum.
+    scores (S,), values (S, d_v). After the last tile acc / l equals
+    softmax(scores) · values: each tile rescales what came before by
+    exp(m_old − m_new), as `online_softmax` rescales its sum.
     """
     validate_block_size(block_size, "block_size")
     m = torch.tensor(float("-inf"), dtype=scores.dtype)  # ()
@@ -147,3 +75,308 @@ def online_attention_states(scores: torch.Tensor, values: torch.Tensor, block_si
         acc = acc * rescale + p @ values[start:stop]  # (d_v,)
         m = m_new
         yield start, stop, m, l, acc
+
+
+def naive_attention(query, key, value, causal: bool = False) -> torch.Tensor:
+    """The textbook form, softmax(Q Kᵀ / √d_k + mask) V, as chapters 2 and 5
+    first write it: the whole (..., T, S) score matrix, then its softmax,
+    each in a buffer of its own."""
+    validate_attention_inputs(query, key, value)
+    scale = 1 / math.sqrt(query.shape[-1])
+    scores = (query * scale) @ key.transpose(-2, -1)  # (..., T, S)
+    if causal:
+        T, S = query.shape[-2], key.shape[-2]
+        blocked = ~causal_mask(T, S, device=query.device)  # (T, S)
+        scores = scores.masked_fill(blocked, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ value  # (..., T, d_v)
+
+
+def tiled_attention(query, key, value, causal: bool = False,
+                    block_q: int = 256, block_k: int = 256, mask=None):
+    """Exact attention computed block by block with online softmax; never
+    more than (block_q, block_k) scores per head at once, forward or
+    backward (chapter 8).
+
+    query (..., T, d_k), key (..., S, d_k), value (..., S, d_v) ->
+    (..., T, d_v). With `causal`, the queries are the last T of S positions
+    (chapter 5's bottom-right mask), and key blocks wholly in a query
+    block's future are skipped. `mask` (padding, for example) follows
+    chapter 2's convention and is read one tile at a time; a query that may
+    see no key gets a zero output, as in chapter 2 (so do all T queries when
+    S = 0). Differentiable in query, key and value through `TiledAttention`,
+    whose backward recomputes the scores tile by tile (FlashAttention-2); a
+    float mask gets no gradient.
+    """
+    validate_attention_inputs(query, key, value, mask)
+    validate_block_size(block_q, "block_q")
+    validate_block_size(block_k, "block_k")
+    if causal:
+        validate_causal_lengths(query.shape[-2], key.shape[-2])
+    return TiledAttention.apply(query, key, value, causal, block_q, block_k,
+                                mask)
+
+
+def tiled_attention_forward(query, key, value, causal=False, block_q=256,
+                            block_k=256, mask=None):
+    """The forward pass of `tiled_attention` -> (output (..., T, d_v), the
+    log-sum-exp of each row's scores (..., T), natural log) (chapter 8).
+
+    16-bit inputs are multiplied a tile at a time in float32, and the
+    running max, sum and output stay in float32, as FlashAttention and
+    PyTorch's SDPA keep them; the output is cast back to the input's dtype.
+    """
+    batch = validate_attention_inputs(query, key, value, mask)[:-2]
+    T, S, d_k = query.shape[-2], key.shape[-2], query.shape[-1]
+    d_v = value.shape[-1]
+    # G = prod(batch): every batch and head axis in one, for torch.bmm
+    q, k, v = flatten_batch(query, key, value, batch)  # (G, T or S, d)
+    G, work = q.shape[0], statistics_dtype(query.dtype)
+    like = dict(dtype=work, device=q.device)  # float32 for 16-bit inputs
+    output = torch.empty(G, T, d_v, dtype=query.dtype, device=q.device)
+    lse = torch.empty(G, T, **like)  # (G, T)
+    # Base 2: e^x = 2^(x · log2 e), so log2 e joins the 1/√d_k scale and
+    # m, l, p are in base 2. Same result, but on x86 CPUs torch.exp is
+    # several times slower for every input below about −88, the masked −∞
+    # among them; torch.exp2 slows only where its result is subnormal
+    # (chapter 8 times both).
+    scale = math.log2(math.e) / math.sqrt(d_k)
+    offset = S - T  # query i sits at position offset + i
+    for i in range(0, T, block_q):
+        q_i = q[:, i:i + block_q].to(work) * scale  # (G, n, d_k)
+        n = q_i.shape[1]
+        m = torch.full((G, n, 1), float("-inf"), **like)  # running max
+        l = torch.zeros_like(m)  # running sum of 2^(score − m)
+        acc = torch.zeros(G, n, d_v, **like)  # unnormalised output
+        # with the causal mask, keys from offset + i + n on are the future
+        last_key = offset + i + n if causal else S
+        for j in range(0, last_key, block_k):
+            k_j = k[:, j:j + block_k].to(work)  # (G, b, d_k)
+            v_j = v[:, j:j + block_k].to(work)  # (G, b, d_v)
+            scores = torch.bmm(q_i, k_j.transpose(1, 2))  # (G, n, b)
+            mask_scores(scores, causal, offset + i, j, mask, i, batch)
+            m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))
+            shift = finite_or_zero(m_new)  # 0 while a row saw only −∞
+            rescale = torch.exp2(m - shift)  # (G, n, 1)
+            p = scores.sub_(shift).exp2_()  # in place: (G, n, b)
+            l.mul_(rescale).add_(p.sum(dim=-1, keepdim=True))
+            acc.mul_(rescale).baddbmm_(p, v_j)  # acc · rescale + p V_j
+            m = m_new
+        # log-sum-exp, natural log: (m + log2 l) · ln 2; −∞ if no key seen
+        lse[:, i:i + n] = ((m + torch.log2(l)) * math.log(2)).squeeze(-1)
+        l.masked_fill_(l == 0, 1.0)  # a row that saw no key: acc = 0
+        output[:, i:i + n] = acc.div_(l)
+    return output.reshape(*batch, T, d_v), lse.reshape(*batch, T)
+
+
+def tiled_attention_backward(grad_output, query, key, value, output, lse,
+                             causal=False, block_q=256, block_k=256,
+                             mask=None):
+    """dQ, dK, dV of `tiled_attention` from its output and row log-sum-exp
+    alone (chapter 8; FlashAttention-2's backward, Dao, 2023).
+
+    With P = softmax(S), dO the output's gradient and D = rowsum(dO ∘ O):
+    dV = Pᵀ dO, dP = dO Vᵀ, dS = P ∘ (dP − D), dQ = dS K / √d_k and
+    dK = dSᵀ Q / √d_k. The outer loop walks key blocks, so dK_j and dV_j are
+    summed in place and written once; the inner loop walks the query blocks
+    that can see key block j, recomputing P = exp(S − L) a tile at a time.
+    """
+    batch = lse.shape[:-1]
+    T, S, d_k = query.shape[-2], key.shape[-2], query.shape[-1]
+    d_v = value.shape[-1]
+    q, k, v = flatten_batch(query, key, value, batch)  # (G, T or S, d)
+    G, work = q.shape[0], statistics_dtype(query.dtype)
+    like = dict(dtype=work, device=q.device)  # float32 for 16-bit inputs
+    d_o = grad_output.expand(*batch, T, d_v).reshape(G, T, d_v).to(work)
+    o = output.reshape(G, T, d_v).to(work)  # (G, T, d_v)
+    delta = (d_o * o).sum(dim=-1, keepdim=True)  # D: (G, T, 1)
+    scale = math.log2(math.e) / math.sqrt(d_k)  # base 2, as forward
+    q = q.to(work) * scale  # (G, T, d_k), scaled once
+    # L in base 2, and +∞ for a row that saw no key: its P = 2^(S − L) is
+    # then 0, not 2^(−∞ + ∞) = NaN
+    lse_2 = lse.reshape(G, T, 1) * math.log2(math.e)
+    lse_2 = lse_2.masked_fill(torch.isneginf(lse_2), float("inf"))
+    d_q = [torch.zeros(G, min(block_q, T - i), d_k, **like)
+           for i in range(0, T, block_q)]  # one (G, n, d_k) per block
+    d_k_all = torch.empty(G, S, d_k, **like)
+    d_v_all = torch.empty(G, S, d_v, **like)
+    offset = S - T  # query i sits at position offset + i
+    for j in range(0, S, block_k):
+        k_j = k[:, j:j + block_k].to(work)  # (G, b, d_k)
+        v_j = v[:, j:j + block_k].to(work)  # (G, b, d_v)
+        d_k_j = torch.zeros_like(k_j)
+        d_v_j = torch.zeros_like(v_j)
+        # with the causal mask, queries before position j see none of it
+        first = max(0, j - offset) // block_q * block_q if causal else 0
+        for i in range(first, T, block_q):
+            q_i, d_o_i = q[:, i:i + block_q], d_o[:, i:i + block_q]
+            n = q_i.shape[1]
+            scores = torch.bmm(q_i, k_j.transpose(1, 2))  # (G, n, b)
+            mask_scores(scores, causal, offset + i, j, mask, i, batch)
+            p = scores.sub_(lse_2[:, i:i + n]).exp2_()  # P, recomputed
+            d_v_j.baddbmm_(p.transpose(1, 2), d_o_i)  # dV_j += Pᵀ dO_i
+            d_p = torch.bmm(d_o_i, v_j.transpose(1, 2))  # (G, n, b)
+            d_s = p.mul_(d_p.sub_(delta[:, i:i + n]))  # P ∘ (dP − D_i)
+            # Q_i and K_j carry scale = log2 e / √d_k; ln 2 undoes log2 e
+            d_q[i // block_q].baddbmm_(d_s, k_j, alpha=scale * math.log(2))
+            d_k_j.baddbmm_(d_s.transpose(1, 2), q_i, alpha=math.log(2))
+        d_k_all[:, j:j + block_k] = d_k_j
+        d_v_all[:, j:j + block_k] = d_v_j
+    d_q = torch.cat(d_q, dim=1) if d_q else q.new_zeros(G, 0, d_k)
+    return tuple(g.reshape(*batch, *g.shape[1:]).to(query.dtype)
+                 for g in (d_q, d_k_all, d_v_all))
+
+
+class TiledAttention(torch.autograd.Function):
+    """`tiled_attention` for autograd: the forward saves the inputs, the
+    output and the row log-sum-exp, never the (T, S) weights; the backward
+    recomputes them a tile at a time (chapter 8)."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, causal, block_q, block_k, mask):
+        output, lse = tiled_attention_forward(query, key, value, causal,
+                                              block_q, block_k, mask)
+        ctx.save_for_backward(query, key, value, output, lse)
+        ctx.settings = causal, block_q, block_k, mask
+        return output
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        query, key, value, output, lse = ctx.saved_tensors
+        grads = tiled_attention_backward(grad_output, query, key, value,
+                                         output, lse, *ctx.settings)
+        # an input whose batch axes broadcast gets its gradient summed back
+        d_q, d_k, d_v = (g.sum_to_size(x.shape) for g, x in
+                         zip(grads, (query, key, value), strict=True))
+        return d_q, d_k, d_v, None, None, None, None
+
+
+def statistics_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the running max, sum and output: float32 for 16-bit
+    inputs, else the input's own (chapter 8)."""
+    if dtype in (torch.float16, torch.bfloat16):
+        return torch.float32
+    return dtype
+
+
+def flatten_batch(query, key, value, batch):
+    """Q, K, V with every batch and head axis broadcast to `batch` and
+    flattened into one axis G: (G, T, d_k), (G, S, d_k), (G, S, d_v); views
+    unless batch axes broadcast."""
+    G = math.prod(batch)
+    return tuple(t.expand(*batch, *t.shape[-2:]).reshape(G, *t.shape[-2:])
+                 for t in (query, key, value))
+
+
+def mask_scores(scores, causal: bool, first_query: int, first_key: int,
+                mask, row: int, batch) -> None:
+    """Block the scores (G, n, b) of one tile in place: the causal future
+    (the query at position first_query + r sees keys up to it) and chapter
+    2's `mask`, whose rows row … row + n − 1 this tile reads."""
+    n, b = scores.shape[1:]
+    if causal and first_key + b - 1 > first_query:  # crosses the diagonal
+        device = scores.device
+        query_pos = torch.arange(first_query, first_query + n, device=device)
+        key_pos = torch.arange(first_key, first_key + b, device=device)
+        scores.masked_fill_(key_pos > query_pos[:, None], float("-inf"))
+    if mask is not None:
+        tile = mask_tile(mask, slice(row, row + n),
+                         slice(first_key, first_key + b))  # (..., n, b)
+        tile = tile.expand(*batch, n, b).reshape(scores.shape)
+        apply_mask_in_base_2(scores, tile)
+
+
+def mask_tile(mask: torch.Tensor, rows: slice, cols: slice) -> torch.Tensor:
+    """The rows and columns of a (..., T, S) mask that one tile needs; an
+    axis of size 1 broadcasts whole."""
+    rows = rows if mask.shape[-2] > 1 else slice(None)
+    cols = cols if mask.shape[-1] > 1 else slice(None)
+    return mask[..., rows, cols]
+
+
+def apply_mask_in_base_2(scores: torch.Tensor, mask: torch.Tensor) -> None:
+    """Chapter 2's mask on a tile of base-2 scores, in place: blocked −∞, or
+    a float mask times log2 e."""
+    if mask.dtype == torch.bool:
+        scores.masked_fill_(~mask, float("-inf"))
+    else:
+        scores.add_(mask.to(scores.dtype), alpha=math.log2(math.e))
+
+
+def validate_block_size(size: int, name: str) -> None:
+    """A block size must be a positive int; the error names the argument
+    (chapter 8)."""
+    if not isinstance(size, int) or size < 1:
+        raise ValueError(f"{name} must be a positive integer, got {size!r}")
+
+
+# Decoding: split-KV (flash-decoding). One query per sequence and head
+# cannot fill a GPU's processors with query blocks, so the keys are split
+# instead and the chunks' partial results merged exactly.
+
+def split_kv_attention(query, key, value, num_splits: int = 4):
+    """Every query attends to every key; the keys are read in `num_splits`
+    chunks whose partial (m, l, acc) are computed independently and then
+    merged (chapter 8; flash-decoding, Dao et al., 2023).
+
+    query (..., H, T, d_k), key (..., H_kv, S, d_k), value (..., H_kv, S,
+    d_v) -> (..., H, T, d_v). No mask: made for decoding, where the new
+    token sees the whole cache (a ring cache holds only its window). With
+    H_kv < H (grouped-query attention, chapter 7) each key/value head serves
+    H / H_kv query heads, whose queries are stacked to read its keys once.
+    """
+    validate_block_size(num_splits, "num_splits")
+    q = stack_query_groups(query, key, value)  # (..., H_kv, G·T, d_k)
+    validate_attention_inputs(q, key, value)
+    S, work = key.shape[-2], statistics_dtype(query.dtype)
+    bounds = [S * c // num_splits for c in range(num_splits + 1)]
+    chunks = [(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+              if b > a]
+    # independent of one another: on a GPU, one thread block each
+    partials = [attention_partial(q, key[..., a:b, :], value[..., a:b, :],
+                                  work) for a, b in chunks]
+    if not partials:  # S = 0: no key, zeros as in chapter 2
+        shape = (*q.shape[:-1], value.shape[-1])
+        return query.new_zeros(shape).reshape(
+            *query.shape[:-1], value.shape[-1])
+    m, l, acc = functools.reduce(lambda a, b: merge_partials(*a, *b),
+                                 partials)
+    out = (acc / l.masked_fill(l == 0, 1.0)).to(query.dtype)
+    return out.reshape(*query.shape[:-1], value.shape[-1])  # (..., H, T, d_v)
+
+
+def attention_partial(q, k, v, dtype=None):
+    """One chunk's partial attention (chapter 8): the row maximum m
+    (..., T, 1), the sum l of exp(s − m) (..., T, 1) and the unnormalised
+    output acc = Σ exp(s − m) v (..., T, d_v), with s = q kᵀ / √d_k."""
+    dtype = dtype or q.dtype
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    scores = (q / math.sqrt(q.shape[-1])) @ k.transpose(-2, -1)  # (.., T, b)
+    m = scores.amax(dim=-1, keepdim=True)
+    p = torch.exp(scores - finite_or_zero(m))
+    return m, p.sum(dim=-1, keepdim=True), p @ v
+
+
+def merge_partials(m_a, l_a, acc_a, m_b, l_b, acc_b):
+    """The (m, l, acc) of two chunks of keys together: each rescaled to the
+    larger maximum (chapter 8)."""
+    m = torch.maximum(m_a, m_b)
+    shift = finite_or_zero(m)  # no key in either: both scales exp(−∞) = 0
+    scale_a, scale_b = torch.exp(m_a - shift), torch.exp(m_b - shift)
+    return m, l_a * scale_a + l_b * scale_b, acc_a * scale_a + acc_b * scale_b
+
+
+def stack_query_groups(query, key, value):
+    """Queries (..., H, T, d_k) as (..., H_kv, (H / H_kv) · T, d_k): the
+    query heads that share a key/value head stacked as more rows of it."""
+    heads = query.shape[-3] if query.dim() >= 3 else 1
+    kv_heads = key.shape[-3] if key.dim() >= 3 else 1
+    if heads == kv_heads:
+        return query
+    if (query.dim() < 3 or key.dim() < 3 or heads % kv_heads
+            or value.dim() < 3 or value.shape[-3] != kv_heads):
+        raise ValueError(
+            "query heads must be a multiple of key/value heads (axis -3), "
+            f"got query {tuple(query.shape)}, key {tuple(key.shape)}, "
+            f"value {tuple(value.shape)}")
+    grouped = query.unflatten(-3, (kv_heads, heads // kv_heads))
+    return grouped.flatten(-3, -2)  # (..., H_kv, (H / H_kv) · T, d_k)

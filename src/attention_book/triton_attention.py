@@ -1,4 +1,5 @@
-"""Chapter 8's tiled attention as one Triton kernel for CUDA GPUs (FlashAttention's forward pass).
+"""Chapter 8's tiled attention as Triton kernels for CUDA GPUs: FlashAttention's forward pass, and
+FlashAttention-2's backward pass as a dK/dV kernel (key blocks outer) and a dQ kernel (query blocks outer).
 
 Each program instance owns one block of queries of one (batch, head) and walks over the key blocks with
 the online softmax of `efficient.tiled_attention`; scores live only in registers. Import needs the
@@ -21,29 +22,35 @@ SHARED_MEMORY_LIMIT = 227 * 1024  # bytes of shared memory one thread block may 
 
 
 @triton.jit
-def _attend_block(acc, m, l, q, k_ptrs, v_ptrs, offs_q, offs_k, start, S, offset, qk_scale,
-                  MASKED: tl.constexpr, CAUSAL: tl.constexpr, stride_ks, stride_vs, BLOCK_K: tl.constexpr,
-                  PRECISION: tl.constexpr):
-    """One key block: scores, online-softmax update of (m, l) and of the unnormalised output acc."""
+def _attend_block(acc, m, l, q, k_ptrs, v_ptrs, offs_q, offs_k, start, S,
+                  offset, qk_scale, MASKED: tl.constexpr,
+                  CAUSAL: tl.constexpr, stride_ks, stride_vs,
+                  BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+    """One key block: scores, online-softmax update of (m, l) and of the
+    unnormalised output acc, all three in float32 (chapter 8)."""
     key_pos = start + offs_k  # (BLOCK_K,)
-    k = tl.load(k_ptrs + start * stride_ks, mask=key_pos[None, :] < S, other=0.0)  # (d, BLOCK_K)
-    scores = tl.dot(q, k, input_precision=PRECISION) * qk_scale  # (BLOCK_Q, BLOCK_K), log2 units
+    k = tl.load(k_ptrs + start * stride_ks, mask=key_pos[None, :] < S,
+                other=0.0)  # (d, BLOCK_K)
+    # (BLOCK_Q, BLOCK_K) in log2 units; tl.dot accumulates in float32
+    scores = tl.dot(q, k, input_precision=PRECISION) * qk_scale
     if MASKED:  # the block crosses the diagonal or the end of the keys
         allowed = key_pos[None, :] < S  # (1, BLOCK_K)
         if CAUSAL:
-            allowed = allowed & (key_pos[None, :] <= offs_q[:, None] + offset)  # (BLOCK_Q, BLOCK_K)
+            allowed = allowed & (key_pos[None, :] <= offs_q[:, None] + offset)
         scores = tl.where(allowed, scores, float("-inf"))
     m_new = tl.maximum(m, tl.max(scores, 1))  # (BLOCK_Q,)
     rescale = tl.math.exp2(m - m_new)
     p = tl.math.exp2(scores - m_new[:, None])  # (BLOCK_Q, BLOCK_K)
     l = l * rescale + tl.sum(p, 1)
-    v = tl.load(v_ptrs + start * stride_vs, mask=key_pos[:, None] < S, other=0.0)  # (BLOCK_K, d)
-    acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+    v = tl.load(v_ptrs + start * stride_vs, mask=key_pos[:, None] < S,
+                other=0.0)  # (BLOCK_K, d)
+    pv = tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+    acc = acc * rescale[:, None] + pv
     return acc, m_new, l
 
 
 @triton.jit
-def _attention_kernel(Q, K, V, O, stride_qb, stride_qt, stride_kb, stride_ks, stride_vb, stride_vs,
+def _attention_kernel(Q, K, V, O, LSE, stride_qb, stride_qt, stride_kb, stride_ks, stride_vb, stride_vs,
                       stride_ob, stride_ot, T, S, qk_scale,
                       CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr,
                       PRECISION: tl.constexpr):
@@ -78,6 +85,85 @@ def _attention_kernel(Q, K, V, O, stride_qb, stride_qt, stride_kb, stride_ks, st
     out = acc / l[:, None]
     tl.store(O + bh * stride_ob + offs_q[:, None] * stride_ot + offs_d[None, :], out.to(O.dtype.element_ty),
              mask=offs_q[:, None] < T)
+    tl.store(LSE + bh * T + offs_q, m + tl.math.log2(l), mask=offs_q < T)  # log-sum-exp, base 2: backward's
+
+
+@triton.jit
+def _tile_probabilities(q, k, lse, offs_q, offs_k, T, S, offset, qk_scale,
+                        CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    """P = 2^(S − L) of one (BLOCK_Q, BLOCK_K) tile, recomputed from Q, K and the row log-sum-exp L,
+    with blocked entries (the causal future, rows past T, columns past S) 0."""
+    scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale  # (BLOCK_Q, BLOCK_K), log2 units
+    allowed = (offs_q[:, None] < T) & (offs_k[None, :] < S)
+    if CAUSAL:
+        allowed = allowed & (offs_k[None, :] <= offs_q[:, None] + offset)
+    return tl.where(allowed, tl.math.exp2(scores - lse[:, None]), 0.0)
+
+
+@triton.jit
+def _backward_dk_dv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, stride_qb, stride_qt, stride_kb, stride_ks,
+                           T, S, qk_scale, sm_scale, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr,
+                           BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+    """dK and dV of one key block: the outer loop of FlashAttention-2's backward. The program walks the
+    query blocks that can see its keys, recomputes P per tile, and writes dK_j and dV_j once."""
+    block = tl.program_id(0)  # which block of keys
+    bh = tl.program_id(1).to(tl.int64)
+    offs_k = block * BLOCK_K + tl.arange(0, BLOCK_K)
+    offs_d = tl.arange(0, HEAD_DIM)
+    kv_rows = bh * stride_kb + offs_k[:, None] * stride_ks + offs_d[None, :]  # (BLOCK_K, d)
+    k = tl.load(K + kv_rows, mask=offs_k[:, None] < S, other=0.0)
+    v = tl.load(V + kv_rows, mask=offs_k[:, None] < S, other=0.0)
+    dk = tl.zeros([BLOCK_K, HEAD_DIM], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_K, HEAD_DIM], dtype=tl.float32)
+    offset = S - T
+    first = 0
+    if CAUSAL:  # queries before position block · BLOCK_K see none of these keys
+        first = tl.maximum(block * BLOCK_K - offset, 0) // BLOCK_Q * BLOCK_Q
+    for start in range(first, T, BLOCK_Q):
+        offs_q = start + tl.arange(0, BLOCK_Q)
+        q_rows = bh * stride_qb + offs_q[:, None] * stride_qt + offs_d[None, :]  # (BLOCK_Q, d)
+        q = tl.load(Q + q_rows, mask=offs_q[:, None] < T, other=0.0)
+        do = tl.load(DO + q_rows, mask=offs_q[:, None] < T, other=0.0)
+        lse = tl.load(LSE + bh * T + offs_q, mask=offs_q < T, other=0.0)
+        delta = tl.load(DELTA + bh * T + offs_q, mask=offs_q < T, other=0.0)
+        p = _tile_probabilities(q, k, lse, offs_q, offs_k, T, S, offset, qk_scale, CAUSAL, PRECISION)
+        dv += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PRECISION)  # dV_j += Pᵀ dO_i
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # (BLOCK_Q, BLOCK_K)
+        ds = p * (dp - delta[:, None])  # dS = P ∘ (dP − D)
+        dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PRECISION)  # dK_j += dSᵀ Q_i
+    tl.store(DK + kv_rows, (dk * sm_scale).to(DK.dtype.element_ty), mask=offs_k[:, None] < S)
+    tl.store(DV + kv_rows, dv.to(DV.dtype.element_ty), mask=offs_k[:, None] < S)
+
+
+@triton.jit
+def _backward_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, stride_qb, stride_qt, stride_kb, stride_ks,
+                        T, S, qk_scale, sm_scale, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr,
+                        BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+    """dQ of one query block: it walks the key blocks its queries can see, as the forward does."""
+    block = tl.program_id(0)  # which block of queries
+    bh = tl.program_id(1).to(tl.int64)
+    offs_q = block * BLOCK_Q + tl.arange(0, BLOCK_Q)
+    offs_d = tl.arange(0, HEAD_DIM)
+    q_rows = bh * stride_qb + offs_q[:, None] * stride_qt + offs_d[None, :]  # (BLOCK_Q, d)
+    q = tl.load(Q + q_rows, mask=offs_q[:, None] < T, other=0.0)
+    do = tl.load(DO + q_rows, mask=offs_q[:, None] < T, other=0.0)
+    lse = tl.load(LSE + bh * T + offs_q, mask=offs_q < T, other=0.0)
+    delta = tl.load(DELTA + bh * T + offs_q, mask=offs_q < T, other=0.0)
+    dq = tl.zeros([BLOCK_Q, HEAD_DIM], dtype=tl.float32)
+    offset = S - T
+    end = S
+    if CAUSAL:
+        end = tl.minimum(offset + block * BLOCK_Q + BLOCK_Q, S)  # later keys are every query's future
+    for start in range(0, end, BLOCK_K):
+        offs_k = start + tl.arange(0, BLOCK_K)
+        kv_rows = bh * stride_kb + offs_k[:, None] * stride_ks + offs_d[None, :]  # (BLOCK_K, d)
+        k = tl.load(K + kv_rows, mask=offs_k[:, None] < S, other=0.0)
+        v = tl.load(V + kv_rows, mask=offs_k[:, None] < S, other=0.0)
+        p = _tile_probabilities(q, k, lse, offs_q, offs_k, T, S, offset, qk_scale, CAUSAL, PRECISION)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)  # dQ_i += dS K_j
+    tl.store(DQ + q_rows, (dq * sm_scale).to(DQ.dtype.element_ty), mask=offs_q[:, None] < T)
 
 
 def triton_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, causal: bool = False,
@@ -88,7 +174,8 @@ def triton_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     fp16, bf16 or fp32 on a CUDA device (or on the CPU under TRITON_INTERPRET=1), d a power of two from 16
     to 256. fp32 is multiplied in full fp32 precision, not TF32. With `causal`, the queries are the last T
     of S positions. Blocks and stages default to `default_config`; whatever is given must fit a thread
-    block's shared memory.
+    block's shared memory. Differentiable: the backward pass runs two more kernels (`TritonAttention`),
+    with the forward's blocks; they are tested in the interpreter, not yet compiled on a GPU by this book.
     """
     validate_attention_inputs(query, key, value)
     if not (query.shape[:-2] == key.shape[:-2] == value.shape[:-2] and query.dim() == 4):
@@ -105,15 +192,54 @@ def triton_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     block_q, block_k = block_q or defaults["block_q"], block_k or defaults["block_k"]
     num_stages, num_warps = num_stages or defaults["num_stages"], num_warps or defaults["num_warps"]
     validate_blocks(block_q, block_k, num_stages, d, query.dtype)
-    q, k, v = (t.flatten(0, 1).contiguous() for t in (query, key, value))  # (B·H, T or S, d)
-    out = torch.empty_like(q)  # (B·H, T, d)
-    grid = (triton.cdiv(T, block_q), q.shape[0])
-    _attention_kernel[grid](q, k, v, out, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0),
-                            v.stride(1), out.stride(0), out.stride(1), T, S, LOG2_E / math.sqrt(d),
-                            CAUSAL=causal, HEAD_DIM=d, BLOCK_Q=block_q, BLOCK_K=block_k,
-                            PRECISION="ieee" if query.dtype == torch.float32 else "tf32",
-                            num_warps=num_warps, num_stages=num_stages)
-    return out.unflatten(0, query.shape[:2])  # (B·H, T, d) -> (B, H, T, d)
+    settings = (causal, block_q, block_k, num_warps, num_stages)
+    return TritonAttention.apply(query, key, value, settings)
+
+
+def _precision(dtype: torch.dtype) -> str:
+    return "ieee" if dtype == torch.float32 else "tf32"  # fp32 in full precision; fp16/bf16 as they are
+
+
+class TritonAttention(torch.autograd.Function):
+    """The Triton kernels for autograd: the forward kernel saves the row log-sum-exp, the two backward
+    kernels recompute P from it tile by tile (FlashAttention-2's backward; chapter 8)."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, settings):
+        causal, block_q, block_k, num_warps, num_stages = settings
+        q, k, v = (t.flatten(0, 1).contiguous() for t in (query, key, value))  # (B·H, T or S, d)
+        T, S, d = q.shape[1], k.shape[1], q.shape[2]
+        out = torch.empty_like(q)  # (B·H, T, d)
+        lse = torch.empty(q.shape[:2], dtype=torch.float32, device=q.device)  # (B·H, T), base 2
+        grid = (triton.cdiv(T, block_q), q.shape[0])
+        _attention_kernel[grid](q, k, v, out, lse, q.stride(0), q.stride(1), k.stride(0), k.stride(1),
+                                v.stride(0), v.stride(1), out.stride(0), out.stride(1), T, S,
+                                LOG2_E / math.sqrt(d), CAUSAL=causal, HEAD_DIM=d, BLOCK_Q=block_q,
+                                BLOCK_K=block_k, PRECISION=_precision(q.dtype), num_warps=num_warps,
+                                num_stages=num_stages)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.settings, ctx.shape = settings, query.shape
+        return out.unflatten(0, query.shape[:2])  # (B·H, T, d) -> (B, H, T, d)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        q, k, v, out, lse = ctx.saved_tensors
+        causal, block_q, block_k, num_warps, _ = ctx.settings
+        do = grad_output.flatten(0, 1).contiguous()  # (B·H, T, d)
+        delta = (do.float() * out.float()).sum(dim=-1)  # D = rowsum(dO ∘ O): (B·H, T)
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        T, S, d = q.shape[1], k.shape[1], q.shape[2]
+        common = dict(CAUSAL=causal, HEAD_DIM=d, BLOCK_Q=block_q, BLOCK_K=block_k,
+                      PRECISION=_precision(q.dtype), num_warps=num_warps)
+        scales = (LOG2_E / math.sqrt(d), 1 / math.sqrt(d))
+        _backward_dk_dv_kernel[(triton.cdiv(S, block_k), q.shape[0])](
+            q, k, v, do, lse, delta, dk, dv, q.stride(0), q.stride(1), k.stride(0), k.stride(1), T, S, *scales,
+            **common)
+        _backward_dq_kernel[(triton.cdiv(T, block_q), q.shape[0])](
+            q, k, v, do, lse, delta, dq, q.stride(0), q.stride(1), k.stride(0), k.stride(1), T, S, *scales,
+            **common)
+        shape = ctx.shape[:2]
+        return dq.unflatten(0, shape), dk.unflatten(0, shape), dv.unflatten(0, shape), None
 
 
 def default_config(dtype: torch.dtype, head_dim: int) -> dict:

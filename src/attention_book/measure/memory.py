@@ -5,6 +5,7 @@ hide or inflate the peak. Linux only: it resets and reads the kernel's peak-RSS 
 
     python -m attention_book.measure.memory tiled 4096 --heads 8 --head-dim 64 [--causal]
 prints the bytes by which the process's peak resident memory exceeded its size just before the call.
+With --backward the call is a forward and a backward pass (the gradients of Q, K and V included).
 """
 
 import argparse
@@ -34,11 +35,14 @@ def _status_bytes(key: str) -> int:
         return int(re.search(rf"^{key}:\s+(\d+) kB", file.read(), re.M).group(1)) * 1024
 
 
-def peak_extra_bytes(method: str, length: int, heads: int, head_dim: int, causal: bool) -> int:
+def peak_extra_bytes(method: str, length: int, heads: int, head_dim: int, causal: bool,
+                     backward: bool = False) -> int:
     """In this process: peak resident memory of one call above the memory held just before it."""
     _require_linux()
     torch.manual_seed(0)
     q, k, v = (torch.randn(1, heads, length, head_dim) for _ in range(3))  # (B, H, T, d)
+    if backward:
+        return _peak_extra_bytes_backward(METHODS[method], q, k, v, causal)
     with torch.inference_mode():
         METHODS[method](q[..., :8, :], k[..., :8, :], v[..., :8, :], causal)  # load kernels and thread pools first
         with open("/proc/self/clear_refs", "w") as file:
@@ -50,13 +54,28 @@ def peak_extra_bytes(method: str, length: int, heads: int, head_dim: int, causal
     return peak - before
 
 
-def measure_peak_memory(method: str, length: int, heads: int = 8, head_dim: int = 64, causal: bool = False) -> int:
-    """`peak_extra_bytes` in a fresh Python process (chapter 8)."""
+def _peak_extra_bytes_backward(attend, q, k, v, causal: bool) -> int:
+    """Peak resident memory of a forward and a backward pass above the memory held just before them."""
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    grad = torch.randn_like(q)  # dO, made before the measurement: (B, H, T, d)
+    small = [t[..., :8, :].detach().requires_grad_() for t in (q, k, v)]
+    attend(*small, causal).backward(grad[..., :8, :])  # load kernels and thread pools first
+    with open("/proc/self/clear_refs", "w") as file:
+        file.write("5")  # reset the peak (VmHWM) to the current resident size
+    before = _status_bytes("VmRSS")
+    attend(q, k, v, causal).backward(grad)
+    return _status_bytes("VmHWM") - before
+
+
+def measure_peak_memory(method: str, length: int, heads: int = 8, head_dim: int = 64, causal: bool = False,
+                        backward: bool = False) -> int:
+    """`peak_extra_bytes` in a fresh Python process (chapter 8); with `backward`, of a forward and a
+    backward pass."""
     _require_linux()
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose one of {sorted(METHODS)}")
     command = [sys.executable, "-m", "attention_book.measure.memory", method, str(length), "--heads", str(heads),
-               "--head-dim", str(head_dim)] + (["--causal"] if causal else [])
+               "--head-dim", str(head_dim)] + (["--causal"] if causal else []) + (["--backward"] if backward else [])
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode:
         raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr}")
@@ -70,8 +89,9 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--causal", action="store_true")
+    parser.add_argument("--backward", action="store_true")
     args = parser.parse_args()
-    extra = peak_extra_bytes(args.method, args.length, args.heads, args.head_dim, args.causal)
+    extra = peak_extra_bytes(args.method, args.length, args.heads, args.head_dim, args.causal, args.backward)
     print(json.dumps({"peak_extra_bytes": extra}))
 
 
