@@ -409,15 +409,16 @@ def cross_attention(png_dir=None):
 
     # Scores and weights: one row per query word, one column per source token.
     x_sc, x_w = 1.3, 4.55
-    for x0, style_of in ((x_sc, lambda i, j: "tensor"), (x_w, lambda i, j: "blocked" if j in padded else "tensor")):
+    for x0, style_of in ((x_sc, lambda i, j: "blocked" if j in padded else "tensor"),
+                         (x_w, lambda i, j: "masked_out" if j in padded else "tensor")):
         cell_grid(ax, x0, y_grid, T, S, c, style_of, linewidth=0.6)
         for j, name in enumerate(sources):
             text(ax, x0 + (j + 0.5) * c, y_grid + 0.15, name, size=SMALL, color=MUTED)
     for i, word in enumerate(words):
         text(ax, x_sc - 0.1, y_grid - (i + 0.5) * c, word, size=SMALL, ha="right")
-    arrow(ax, (x_q + 0.6, y_strip - T * rh - 0.05), (x_sc + S * c / 2 - 0.3, y_grid + 0.3))
-    arrow(ax, (x_k + 0.35, y_strip - S * rh - 0.05), (x_sc + S * c / 2 + 0.3, y_grid + 0.3))
-    text(ax, x_q + 0.72, y_grid + 0.75, "Q Kᵀ / √24", size=SMALL, ha="left")
+    arrow(ax, (x_q + 0.6, y_strip - T * rh - 0.05), (x_sc + S * c / 2 - 0.3, y_grid + 0.64))
+    arrow(ax, (x_k + 0.35, y_strip - S * rh - 0.05), (x_sc + S * c / 2 + 0.3, y_grid + 0.64))
+    text(ax, x_q + 0.72, y_grid + 0.98, "Q Kᵀ / √24", size=SMALL, ha="left")
     y_under = y_grid - T * c - 0.22
     text(ax, x_sc + S * c / 2, y_under, "scores  (T, S) = (6, 8)", size=SMALL)
     arrow(ax, (x_sc + S * c + 0.1, y_grid - T * c / 2), (x_w - 0.1, y_grid - T * c / 2))
@@ -426,11 +427,11 @@ def cross_attention(png_dir=None):
     text(ax, x_w + S * c / 2, y_under, "weights  (T, S) = (6, 8)", size=SMALL)
     text(ax, x_w + S * c / 2, y_under - 0.27, "each row sums to 1", size=SMALL, color=MUTED)
 
-    # The optional padding mask, above the columns it blocks.
-    y_mask = y_grid + 0.55
-    cell_grid(ax, x_w, y_mask, 1, S, c, lambda i, j: "blocked" if j in padded else "tensor", linewidth=0.6)
-    text(ax, x_w + S * c / 2, y_mask + 0.1, "key_padding_mask (optional)\n(B, S) = (1, 8)", size=SMALL,
-         va="bottom", linespacing=1.3)
+    # The optional padding mask, added to the scores before the softmax: −inf in the columns it blocks.
+    y_mask = y_grid + 0.58
+    cell_grid(ax, x_sc, y_mask, 1, S, c, lambda i, j: "blocked" if j in padded else "tensor", linewidth=0.6)
+    text(ax, x_sc - 0.1, y_mask - c / 2, "+ padding\nmask (1, 8)", size=SMALL, ha="right",
+         linespacing=1.3)
 
     # The output: weights @ V, V coming straight down.
     arrow(ax, (x_v + 0.7, y_strip - S * rh - 0.05), (x_v + 0.7, y_grid + 0.05))
@@ -445,7 +446,8 @@ def cross_attention(png_dir=None):
     y_note = 0.95
     legend_item(ax, 0.2, y_note + 0.4, "query", "queries: from x, one per word (T = 6)")
     legend_item(ax, 4.9, y_note + 0.4, "key", "keys and values: from the source (S = 8)")
-    legend_item(ax, 0.2, y_note, "blocked", "blocked by key_padding_mask (True = blocked): weight 0")
+    legend_item(ax, 0.2, y_note, "blocked", "key_padding_mask True: −∞ added to the score")
+    legend_item(ax, 4.9, y_note, "masked_out", "so the weight after the softmax is 0")
     text(ax, 0.2, y_note - 0.55, "Lengths may differ (T = 6, S = 8), but Q and K must have the same width, d_k = 24; "
          "V's width d_v = 28 sets the output's.\nSelf-attention is the case source = x, where S = T.", size=SMALL,
          ha="left", linespacing=1.4)
