@@ -203,3 +203,27 @@ def test_stub_keeps_imports_signature_and_docstring():
         'def f(a, b=2):\n    """Doc."""\n    raise NotImplementedError(\'think.\')'
     with pytest.raises(ValueError, match="must start with a '# Hint: ...' line"):
         assignments.stub("def f():\n    return 1\n")
+
+
+def test_checks_live_one_module_per_chapter_and_name_what_they_forbid():
+    """`course/checks/chNN.py` registers only chapter NN's exercises; every forbidden name is a dotted path
+    to something that exists (a typo would forbid nothing)."""
+    import importlib
+
+    for number, module in enumerate(checks.CHAPTERS, 1):
+        assert module.__name__.endswith(f".ch{number:02d}")
+        assert module.CHECKS and all(name.startswith(f"ch{number}.") for name in module.CHECKS), module.__name__
+    for name, entry in checks.CHECKS.items():
+        assert isinstance(entry.forbidden, tuple), name
+        for dotted in entry.forbidden:
+            owner, attribute = dotted.rsplit(".", 1)
+            parts = owner.split(".")
+            for split in range(len(parts), 0, -1):  # the longest importable prefix, then attributes
+                try:
+                    target = importlib.import_module(".".join(parts[:split]))
+                except ImportError:
+                    continue
+                for part in parts[split:]:
+                    target = getattr(target, part)
+                break
+            assert callable(getattr(target, attribute)), f"{name}: {dotted} is not callable"

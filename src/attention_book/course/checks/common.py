@@ -1,0 +1,95 @@
+"""What every chapter's checks share: the registry entry, the verdict, the random inputs and the feedback
+helpers for shapes and values (course tooling; the checks themselves are in `ch01` … `ch09`)."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+CASES = 20  # random inputs per check
+WORDS = "the cat sat on a mat and ate one fish while it rained outside".split()
+
+
+@dataclass(frozen=True)
+class Check:
+    """A registry entry: the check function, the name of the function the solution cell defines, and the
+    dotted names of what the solution may not call (the package's and the library's versions of what the
+    exercise builds; the grader makes them raise inside the submission, and the exercise's markdown names
+    them in its "Write it yourself" line)."""
+
+    run: Callable  # (student function, seed) -> problem or None
+    function: str
+    forbidden: tuple[str, ...] = ()
+
+
+@dataclass
+class Result:
+    exercise: str
+    passed: bool
+    message: str
+
+    def __str__(self) -> str:
+        return f"{'✓' if self.passed else '✗'} {self.exercise}: {self.message}"
+
+
+class StudentRaised(Exception):
+    """The student's function raised `name: message` (in the kernel or in the sandbox)."""
+
+    def __init__(self, name: str, message: str):
+        self.name, self.message = name, message
+        super().__init__(f"{name}: {message}")
+
+
+class Stopped(Exception):
+    """Grading of the function cannot go on (its sandbox ended); the message says why."""
+
+
+
+
+def case_generator(seed: int, case: int) -> torch.Generator:
+    """The random inputs of one case: seed 0 in the notebooks, a secret one when grading."""
+    return torch.Generator().manual_seed(1000 + case + 104_729 * seed)
+
+
+def sizes(gen: torch.Generator, count: int, high: int) -> list[int]:
+    """`count` random sizes from 1 to high − 1."""
+    return [int(torch.randint(1, high, (1,), generator=gen)) for _ in range(count)]
+
+
+def boolean_problem(mask) -> str | None:
+    if mask.dtype != torch.bool:
+        return f"the mask should be boolean (True = may attend), yours has dtype {mask.dtype}"
+    return None
+
+
+def shape_problem(got, expected_shape, what: str) -> str | None:
+    shape = tuple(getattr(got, "shape", ()))
+    if shape != tuple(expected_shape):
+        return f"{what} should have shape {tuple(expected_shape)}, yours has {shape}"
+    return None
+
+
+
+def as_array(got) -> np.ndarray:
+    return got.detach().double().numpy() if isinstance(got, torch.Tensor) else np.asarray(got, dtype=np.float64)
+
+
+def value_problem(got, expected, what: str, atol: float = 1e-5) -> str | None:
+    """None when `got` equals `expected` (shape, then values), else where they first differ."""
+    if problem := shape_problem(got, tuple(expected.shape), what):
+        return problem
+    got, expected = as_array(got), as_array(expected)
+    wrong = np.argwhere(~np.isclose(got, expected, atol=atol, rtol=1e-4))
+    if len(wrong) == 0:
+        return None
+    at = tuple(int(i) for i in wrong[0])
+    return f"{what}{list(at)} is {got[at]:.4f}, expected {expected[at]:.4f}"
+
+
+def matches(got, expected, atol: float = 1e-5) -> bool:
+    try:
+        return tuple(got.shape) == tuple(expected.shape) and np.allclose(as_array(got), as_array(expected), atol=atol)
+    except (AttributeError, TypeError, ValueError):
+        return False
+
