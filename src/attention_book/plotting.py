@@ -71,7 +71,7 @@ def plot_attention_grid(maps: dict, query_tokens, key_tokens=None, *, columns=3,
     width = columns * (cell_inches * len(key_tokens) + 1.3) + 0.8
     height = rows * (cell_inches * len(query_tokens) + 1.2)
     fig, axes = plt.subplots(rows, columns, figsize=(width, height), squeeze=False)
-    for ax, (name, weights) in zip(axes.flat, maps.items()):
+    for ax, (name, weights) in zip(axes.flat, maps.items(), strict=False):  # more axes than maps
         plot_heatmap(weights, query_tokens, key_tokens, ax=ax, title=name, cmap="Blues", vmin=0, vmax=1,
                      colorbar=False, fontsize=fontsize)
     for ax in list(axes.flat)[len(maps):]:
