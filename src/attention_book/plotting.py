@@ -61,8 +61,8 @@ def plot_attention(weights, query_tokens, key_tokens=None, *, ax=None, title="at
     return plot_heatmap(weights, query_tokens, key_tokens, ax=ax, title=title, cmap="Blues", **options)
 
 
-def plot_attention_grid(maps: dict, query_tokens, key_tokens=None, *, columns=3, title=None, fontsize=10,
-                        cell_inches=0.55):
+def plot_attention_grid(maps: dict, query_tokens, key_tokens=None, *, columns=2, title=None, fontsize=11,
+                        cell_inches=0.45, annotate=True):
     """Several attention maps (title -> (T, S) weights) in a grid on one colour scale, 0 to 1 (chapters 3-4).
 
     One shared scale and one colour bar: a flat map looks flat beside a sharp one."""
@@ -73,7 +73,11 @@ def plot_attention_grid(maps: dict, query_tokens, key_tokens=None, *, columns=3,
     fig, axes = plt.subplots(rows, columns, figsize=(width, height), squeeze=False)
     for ax, (name, weights) in zip(axes.flat, maps.items(), strict=False):  # more axes than maps
         plot_heatmap(weights, query_tokens, key_tokens, ax=ax, title=name, cmap="Blues", vmin=0, vmax=1,
-                     colorbar=False, fontsize=fontsize)
+                     colorbar=False, fontsize=fontsize, annotate=annotate)
+        ax.tick_params(labelsize=fontsize)  # text at one size: readable when the page shrinks the figure
+        ax.xaxis.label.set_size(fontsize)
+        ax.yaxis.label.set_size(fontsize)
+        ax.title.set_size(fontsize + 1)
     for ax in list(axes.flat)[len(maps):]:
         ax.axis("off")
     image = axes.flat[0].images[0]
