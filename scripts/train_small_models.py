@@ -4,7 +4,9 @@ Each is trained from a fixed seed on fixed batches (`attention_book.trained`), t
 evaluation batch. The weights go to src/attention_book/data/trained_lookback.pt and trained_reverser.pt
 (plain state_dicts, loaded with weights_only=True); the settings, loss curves, accuracies and the machine
 go to src/attention_book/data/trained_small.json, which the chapters read.
-Run from the repository root (under a minute on 2 CPU cores):  .venv/bin/python scripts/train_small_models.py
+Run from the repository root:  .venv/bin/python scripts/train_small_models.py
+(126 s and 314 s for the two, niced, on the shared 2-core build machine at a load average of 17;
+trained_small.json records the seconds of the run that made the stored weights.)
 """
 
 import json
