@@ -410,15 +410,16 @@ def cross_attention(png_dir=None):
 
     # Scores and weights: one row per query word, one column per source token.
     x_sc, x_w = 1.3, 4.55
-    for x0, style_of in ((x_sc, lambda i, j: "tensor"), (x_w, lambda i, j: "blocked" if j in padded else "tensor")):
+    for x0, style_of in ((x_sc, lambda i, j: "blocked" if j in padded else "tensor"),
+                         (x_w, lambda i, j: "masked_out" if j in padded else "tensor")):
         cell_grid(ax, x0, y_grid, T, S, c, style_of, linewidth=0.6)
         for j, name in enumerate(sources):
             text(ax, x0 + (j + 0.5) * c, y_grid + 0.15, name, size=SMALL, color=MUTED)
     for i, word in enumerate(words):
         text(ax, x_sc - 0.1, y_grid - (i + 0.5) * c, word, size=SMALL, ha="right")
-    arrow(ax, (x_q + 0.6, y_strip - T * rh - 0.05), (x_sc + S * c / 2 - 0.3, y_grid + 0.3))
-    arrow(ax, (x_k + 0.35, y_strip - S * rh - 0.05), (x_sc + S * c / 2 + 0.3, y_grid + 0.3))
-    text(ax, x_q + 0.72, y_grid + 0.75, "Q Kᵀ / √24", size=SMALL, ha="left")
+    arrow(ax, (x_q + 0.6, y_strip - T * rh - 0.05), (x_sc + S * c / 2 - 0.3, y_grid + 0.64))
+    arrow(ax, (x_k + 0.35, y_strip - S * rh - 0.05), (x_sc + S * c / 2 + 0.3, y_grid + 0.64))
+    text(ax, x_q + 0.72, y_grid + 0.98, "Q Kᵀ / √24", size=SMALL, ha="left")
     y_under = y_grid - T * c - 0.22
     text(ax, x_sc + S * c / 2, y_under, "scores  (T, S) = (6, 8)", size=SMALL)
     arrow(ax, (x_sc + S * c + 0.1, y_grid - T * c / 2), (x_w - 0.1, y_grid - T * c / 2))
@@ -427,11 +428,11 @@ def cross_attention(png_dir=None):
     text(ax, x_w + S * c / 2, y_under, "weights  (T, S) = (6, 8)", size=SMALL)
     text(ax, x_w + S * c / 2, y_under - 0.27, "each row sums to 1", size=SMALL, color=MUTED)
 
-    # The optional padding mask, above the columns it blocks.
-    y_mask = y_grid + 0.55
-    cell_grid(ax, x_w, y_mask, 1, S, c, lambda i, j: "blocked" if j in padded else "tensor", linewidth=0.6)
-    text(ax, x_w + S * c / 2, y_mask + 0.1, "key_padding_mask (optional)\n(B, S) = (1, 8)", size=SMALL,
-         va="bottom", linespacing=1.3)
+    # The optional padding mask, added to the scores before the softmax: −inf in the columns it blocks.
+    y_mask = y_grid + 0.58
+    cell_grid(ax, x_sc, y_mask, 1, S, c, lambda i, j: "blocked" if j in padded else "tensor", linewidth=0.6)
+    text(ax, x_sc - 0.1, y_mask - c / 2, "+ padding\nmask (1, 8)", size=SMALL, ha="right",
+         linespacing=1.3)
 
     # The output: weights @ V, V coming straight down.
     arrow(ax, (x_v + 0.7, y_strip - S * rh - 0.05), (x_v + 0.7, y_grid + 0.05))
@@ -446,7 +447,8 @@ def cross_attention(png_dir=None):
     y_note = 0.95
     legend_item(ax, 0.2, y_note + 0.4, "query", "queries: from x, one per word (T = 6)")
     legend_item(ax, 4.9, y_note + 0.4, "key", "keys and values: from the source (S = 8)")
-    legend_item(ax, 0.2, y_note, "blocked", "blocked by key_padding_mask (True = blocked): weight 0")
+    legend_item(ax, 0.2, y_note, "blocked", "key_padding_mask True: −∞ added to the score")
+    legend_item(ax, 4.9, y_note, "masked_out", "so the weight after the softmax is 0")
     text(ax, 0.2, y_note - 0.55, "Lengths may differ (T = 6, S = 8), but Q and K must have the same width, d_k = 24; "
          "V's width d_v = 28 sets the output's.\nSelf-attention is the case source = x, where S = T.", size=SMALL,
          ha="left", linespacing=1.4)
@@ -998,9 +1000,98 @@ def k_composition_ablation(png_dir=None):
     save(fig, "k_composition_ablation", png_dir)
 
 
+# ----------------------------------------------------------------------------------------------------
+# Chapters 3 and 4 (issue 29): where attention sits in a transformer
+
+
+def _residual(ax, x_side, y_from, y_to, x_main):
+    """A skip connection: from the main line at y_from out to x_side, down to y_to, back into (+)."""
+    ax.plot([x_main, x_side, x_side], [y_from, y_from, y_to], color=MUTED, linewidth=1.3)
+    arrow(ax, (x_side, y_to), (x_main - 0.2, y_to))
+
+
+def _plus(ax, x, y):
+    ax.add_patch(plt.Circle((x, y), 0.2, facecolor="white", edgecolor=MUTED, linewidth=1.3))
+    text(ax, x, y, "+", size=FONT)
+
+
+def transformer_block(png_dir=None):
+    """Chapter 3: multi-head attention inside a (pre-LayerNorm, GPT-2 style) transformer block."""
+    fig, ax = new_figure(8.6, 8.4)
+    x, w = 3.3, 3.4  # the main line and the boxes' width
+    text(ax, 0.2, 8.1, "Where multi-head attention sits: one transformer block", size=FONT, ha="left",
+         weight="bold")
+    text(ax, 0.2, 7.8, "(B, T, E) in, (B, T, E) out; GPT-2 small stacks 12 of these with E = 768, H = 12",
+         size=SMALL, ha="left", color=MUTED)
+    box(ax, x, 0.55, w, 0.5, "x: (B, T, E)", style="tensor")
+    arrow(ax, (x, 0.8), (x, 1.45))
+    box(ax, x, 1.7, w, 0.5, "LayerNorm", style="layer")
+    arrow(ax, (x, 1.95), (x, 2.45))
+    box(ax, x, 2.95, w, 1.0, "multi-head attention\nQ, K, V from the same x\n(this chapter)", style="query")
+    arrow(ax, (x, 3.45), (x, 3.8))
+    _plus(ax, x, 4.0)
+    _residual(ax, x - w / 2 - 0.5, 1.1, 4.0, x)
+    arrow(ax, (x, 4.2), (x, 4.65))
+    box(ax, x, 4.9, w, 0.5, "LayerNorm", style="layer")
+    arrow(ax, (x, 5.15), (x, 5.6))
+    box(ax, x, 6.05, w, 0.9, "feed-forward, per token\nLinear E → 4E, GELU, Linear 4E → E", style="key")
+    arrow(ax, (x, 6.5), (x, 6.85))
+    _plus(ax, x, 7.05)
+    _residual(ax, x - w / 2 - 0.5, 4.4, 7.05, x)
+    arrow(ax, (x + 0.2, 7.05), (x + w / 2 + 0.55, 7.05))
+    text(ax, x + w / 2 + 0.65, 7.05, "output: (B, T, E)", size=SMALL, ha="left")
+    notes = ["Attention is the only place where tokens", "exchange information; the feed-forward",
+             "network works on each token alone.", "", "The residual connections (the lines on",
+             "the left) add each sub-layer's output to", "its input, so a layer learns a correction.",
+             "", "GPT-2 normalises before each sub-layer;", "the original transformer (2017)",
+             "normalised after each addition."]
+    for i, line in enumerate(notes):
+        text(ax, 5.3, 5.6 - 0.27 * i, line, size=SMALL, ha="left", color=MUTED)
+    save(fig, "transformer_block", png_dir)
+
+
+def encoder_decoder(png_dir=None):
+    """Chapter 4: an encoder–decoder, its cross-attention reading the encoder's keys and values."""
+    fig, ax = new_figure(10.4, 7.6)
+    xe, xd, w = 2.3, 7.4, 3.4  # the encoder's and the decoder's columns
+    text(ax, 0.2, 7.3, "An encoder–decoder: the decoder's cross-attention reads the encoder's output",
+         size=FONT, ha="left", weight="bold")
+    text(ax, 0.2, 7.0, "One layer each; residual connections and LayerNorm around every box are left out",
+         size=SMALL, ha="left", color=MUTED)
+    box(ax, xe, 0.55, w, 0.55, "source tokens (B, S)\n\"Life is short …\"", style="tensor", size=SMALL)
+    arrow(ax, (xe, 0.83), (xe, 1.3))
+    box(ax, xe, 1.6, w, 0.55, "embedding + positions", style="layer", size=SMALL)
+    arrow(ax, (xe, 1.88), (xe, 2.35))
+    box(ax, xe, 2.75, w, 0.75, "self-attention\n(every source token sees all)", style="key", size=SMALL)
+    arrow(ax, (xe, 3.13), (xe, 3.6))
+    box(ax, xe, 3.9, w, 0.55, "feed-forward", style="layer", size=SMALL)
+    arrow(ax, (xe, 4.18), (xe, 4.65))
+    box(ax, xe, 5.0, w, 0.65, "encoder states (B, S, E)\nK, V computed once", style="key_strong", size=SMALL)
+    text(ax, xe, 6.35, "encoder: runs once", size=FONT, weight="bold")
+    text(ax, xe, 6.05, "over the whole source", size=SMALL, color=MUTED)
+
+    box(ax, xd, 0.55, w, 0.55, "target so far (B, T), shifted:\n<start>, y(1), …, y(t−1)", style="tensor",
+        size=SMALL)
+    arrow(ax, (xd, 0.83), (xd, 1.3))
+    box(ax, xd, 1.6, w, 0.55, "embedding + positions", style="layer", size=SMALL)
+    arrow(ax, (xd, 1.88), (xd, 2.35))
+    box(ax, xd, 2.75, w, 0.75, "causal self-attention\n(no peeking at later targets)", style="query", size=SMALL)
+    arrow(ax, (xd, 3.13), (xd, 3.55))
+    box(ax, xd, 3.95, w, 0.8, "cross-attention\nQ from the decoder (T),\nK, V from the encoder (S)",
+        style="query_strong", size=SMALL)
+    arrow(ax, (xe + w / 2, 5.0), (xd - w / 2, 4.05), label="K, V (B, S, E)", side="below", offset=0.34)
+    arrow(ax, (xd, 4.35), (xd, 4.7))
+    box(ax, xd, 4.95, w, 0.45, "feed-forward", style="layer", size=SMALL)
+    arrow(ax, (xd, 5.18), (xd, 5.5))
+    box(ax, xd, 5.8, w, 0.55, "Linear + softmax: next token y(t)", style="tensor", size=SMALL)
+    text(ax, xd, 6.35, "decoder: runs once per new token", size=FONT, weight="bold")
+    save(fig, "encoder_decoder", png_dir)
+
+
 DIAGRAMS = (embedding_lookup, scaled_dot_product_attention, multihead_split_merge, cross_attention,
             causal_mask_alignments, keras_decoder_flow, kv_cache_decode_step, grouped_query_heads, ring_buffer,
             block_table, tile_schedule, rope_rotation, induction_circuit, k_composition_ablation)
+DIAGRAMS += (transformer_block, encoder_decoder)  # chapters 3 and 4 (issue 29)
 
 
 def main():

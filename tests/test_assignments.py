@@ -66,24 +66,27 @@ def test_student_stub_fails_with_its_hint(chapter, label, solution, name, functi
 
 # A deliberately wrong solution for every check, and the feedback it must get.
 WRONG = {
-    "ch1.vocab": (lambda s: {w: i + 1 for i, w in enumerate(sorted(set(s.replace(",", "").split())))},
-                  r"got index 1 but should get 0: indices follow the sorted order"),
-    "ch1.encode": (lambda s, vocab: [vocab[w] for w in s.replace(",", "").split()],
-                   r"return a torch.long tensor \(what nn.Embedding takes\), yours is list"),
     "ch1.embed": (lambda ids, table: table[: len(ids)], r"the embeddings of ids .*; position t gets row ids\[t\]"),
-    "ch2.attention_weights": (lambda q, k: torch.softmax(q @ k.T / q.shape[-1] ** 0.5, dim=0),
-                              r"the softmax runs over the queries \(dim 0\)"),
-    "ch2.self_attention": (lambda x, W_q, W_k, W_v: torch.softmax(x @ W_q @ (x @ W_k).T / W_k.shape[1] ** 0.5, -1) @ x,
-                           r"the values are the inputs themselves: project them with W_v"),
-    "ch3.merge_heads": (lambda x: x.reshape(x.shape[0], x.shape[2], -1),
-                        r"columns \d+\.\.\d+ of position 0 should hold head 1's vector.*transpose\(1, 2\)"),
     "ch3.mask_to_sdpa": (lambda attn_mask, key_padding_mask: attn_mask[None, None] | key_padding_mask[:, None, None, :],
                          r"the convention is flipped: nn.MultiheadAttention's True means blocked"),
-    "ch4.cross_attention": (lambda target, source, W_q, W_k, W_v: torch.softmax(
-        (source @ W_q) @ (target @ W_k).T / W_k.shape[1] ** 0.5, -1) @ (target @ W_v),
-                            r"your output has one row per source position .* the queries come from the decoder"),
     "ch4.padded_attention": (lambda q, k, v, lengths: torch.softmax(q @ k.transpose(1, 2) / q.shape[-1] ** 0.5, -1) @ v,
                              r"the padding is attended: with lengths \[.*\], keys at or beyond a length"),
+    # chapters 1-4's exercises (issue 29)
+    "ch1.mix": (lambda x, temperature: torch.softmax(x @ x.T, dim=-1) @ x,
+                r"the scores are not divided by the temperature"),
+    "ch1.running_mean": (lambda x: torch.ones(len(x), len(x)).tril() @ x, r"those are running sums: divide row t"),
+    "ch2.saturation": (lambda q, k: ((k @ q[:, :, None]).squeeze(-1).var(),
+                                     torch.softmax((k @ q[:, :, None]).squeeze(-1), -1).max(-1).values.mean()),
+                       r"that is the variance of the unscaled scores: divide them by √d_k"),
+    "ch2.additive": (lambda q, k, W_1, W_2, v_a: ((q @ W_1)[:, None] + (k @ W_2)[None]) @ v_a,
+                     r"the tanh is missing"),
+    "ch3.mha_forward": (lambda x, in_w, in_b, out_w, out_b, H: torch.softmax(
+        (x @ in_w[: x.shape[-1]].T + in_b[: x.shape[-1]]) @ (x @ in_w[x.shape[-1]: 2 * x.shape[-1]].T
+                                                            + in_b[x.shape[-1]: 2 * x.shape[-1]]).transpose(1, 2)
+        / x.shape[-1] ** 0.5, -1) @ (x @ in_w[2 * x.shape[-1]:].T + in_b[2 * x.shape[-1]:]) @ out_w.T + out_b,
+                        r"you attended with one head of width E = \d+: split q, k and v into H = \d+ heads"),
+    "ch4.masked_loss": (lambda logits, labels, lengths: -torch.log_softmax(logits, -1).gather(-1, labels[..., None])
+                        .mean(), r"you averaged over every position, padding included"),
     "ch5.offset_causal_mask": (lambda T, S: torch.ones(T, S, dtype=torch.bool).tril(),
                                r"your triangle starts at the top left \(as is_causal=True does\)"),
     "ch5.causal_attention": (lambda q, k, v: (torch.softmax(q @ k.T / q.shape[-1] ** 0.5, -1)

@@ -32,3 +32,19 @@ def test_diverging_maps_put_their_neutral_colour_at_zero():
 
 def test_text_colour_on_black_and_white():
     assert (text_colour((0, 0, 0, 1)), text_colour((1, 1, 1, 1))) == ("white", "black")
+
+
+def test_attention_grid_shares_one_colour_scale():
+    """Chapter 3's per-head grid: every map on the scale 0 to 1, one colour bar, spare axes hidden (issue 29)."""
+    import matplotlib.pyplot as plt
+    import torch
+
+    from attention_book.plotting import plot_attention_grid
+
+    flat, sharp = torch.full((3, 3), 1 / 3), torch.eye(3)
+    fig = plot_attention_grid({"flat": flat, "sharp": sharp, "half": sharp / 2}, ["a", "b", "c"], columns=2)
+    images = [ax.images[0] for ax in fig.axes if ax.images and ax.get_title()]
+    assert [(im.norm.vmin, im.norm.vmax) for im in images] == [(0, 1)] * 3
+    assert sum(ax.get_label() == "<colorbar>" for ax in fig.axes) == 1
+    assert not fig.axes[3].axison  # the fourth cell of the 2 × 2 grid is empty
+    plt.close(fig)

@@ -83,16 +83,21 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(inner, embed_dim, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
-    def split_heads(self, x: torch.Tensor, heads: int | None = None) -> torch.Tensor:
-        """(..., T, E) -> (..., H, T, E/H); with a given head_dim, (..., T, H·d_k) -> (..., H, T, d_k).
+    def split_heads(self, x: torch.Tensor, heads: int | None = None):
+        """(..., T, E) -> (..., H, T, E/H); with a given head_dim,
+        (..., T, H·d_k) -> (..., H, T, d_k).
 
-        `heads` other than H splits keys and values into their num_kv_heads heads."""
-        x = x.unflatten(-1, (heads or self.num_heads, self.head_dim))  # (..., T, H, E/H)
+        `heads` other than H splits keys and values into their
+        num_kv_heads heads."""
+        heads = heads or self.num_heads
+        x = x.unflatten(-1, (heads, self.head_dim))  # (..., T, H, E/H)
         return x.transpose(-3, -2)  # (..., H, T, E/H)
 
     def merge_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """(..., H, T, E/H) -> (..., T, E): the concatenation of the heads (H·d_k wide in general)."""
-        return x.transpose(-3, -2).flatten(-2)  # (..., T, H, E/H) -> (..., T, E)
+        """(..., H, T, E/H) -> (..., T, E): the heads concatenated
+        (H·d_k wide in general)."""
+        # (..., H, T, E/H) -> (..., T, H, E/H) -> (..., T, E)
+        return x.transpose(-3, -2).flatten(-2)
 
     def forward(self, query, key=None, value=None, mask=None, need_weights: bool = True, cache=None,
                 is_causal: bool = False):

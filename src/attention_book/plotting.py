@@ -14,8 +14,11 @@ def _as_array(matrix) -> np.ndarray:
 
 
 def plot_heatmap(matrix, row_labels, col_labels, *, ax=None, title=None, xlabel="key", ylabel="query",
-                 cmap="viridis", annotate=True, fmt="{:.2f}"):
-    """A matrix with labelled rows and columns and its values written in the cells (chapters 1-5)."""
+                 cmap="viridis", annotate=True, fmt="{:.2f}", vmin=None, vmax=None, colorbar=True,
+                 fontsize=8):
+    """A matrix with labelled rows and columns and its values written in the cells (chapters 1-5).
+
+    `vmin`/`vmax` fix the colour scale, so that several heatmaps compare on one scale."""
     values = _as_array(matrix)
     if values.shape != (len(row_labels), len(col_labels)):
         raise ValueError(f"matrix of shape {values.shape} does not match {len(row_labels)} row and "
@@ -25,7 +28,9 @@ def plot_heatmap(matrix, row_labels, col_labels, *, ax=None, title=None, xlabel=
     norm = None
     if cmap in DIVERGING and np.nanmin(values) < 0 < np.nanmax(values):
         norm = CenteredNorm()  # symmetric about 0: the neutral colour means 0, not the middle of the range
-    image = ax.imshow(values, cmap=cmap, norm=norm)
+    if norm is not None and (vmin is not None or vmax is not None):
+        norm = None  # an explicit scale wins over the centred one
+    image = ax.imshow(values, cmap=cmap, norm=norm, vmin=None if norm else vmin, vmax=None if norm else vmax)
     ax.set_xticks(range(len(col_labels)), labels=col_labels, rotation=45, ha="right")
     ax.set_yticks(range(len(row_labels)), labels=row_labels)
     ax.set_xlabel(xlabel)
@@ -34,9 +39,10 @@ def plot_heatmap(matrix, row_labels, col_labels, *, ax=None, title=None, xlabel=
         ax.set_title(title)
     if annotate:
         for (i, j), v in np.ndenumerate(values):
-            ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=8,
+            ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=fontsize,
                     color=text_colour(image.cmap(image.norm(v))))
-    ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
     ax.figure.tight_layout()
     return ax
 
@@ -47,10 +53,38 @@ def text_colour(rgba) -> str:
     return "black" if 0.2126 * r + 0.7152 * g + 0.0722 * b > 0.179 else "white"
 
 
-def plot_attention(weights, query_tokens, key_tokens=None, *, ax=None, title="attention weights"):
-    """Attention weights (T, S) with the query tokens down and the key tokens across (chapters 2-5)."""
+def plot_attention(weights, query_tokens, key_tokens=None, *, ax=None, title="attention weights", **options):
+    """Attention weights (T, S) with the query tokens down and the key tokens across (chapters 2-5).
+
+    `options` go to `plot_heatmap`: `vmin=0, vmax=1` puts several maps on one scale."""
     key_tokens = query_tokens if key_tokens is None else key_tokens
-    return plot_heatmap(weights, query_tokens, key_tokens, ax=ax, title=title, cmap="Blues")
+    return plot_heatmap(weights, query_tokens, key_tokens, ax=ax, title=title, cmap="Blues", **options)
+
+
+def plot_attention_grid(maps: dict, query_tokens, key_tokens=None, *, columns=2, title=None, fontsize=11,
+                        cell_inches=0.45, annotate=True):
+    """Several attention maps (title -> (T, S) weights) in a grid on one colour scale, 0 to 1 (chapters 3-4).
+
+    One shared scale and one colour bar: a flat map looks flat beside a sharp one."""
+    key_tokens = query_tokens if key_tokens is None else key_tokens
+    rows = -(-len(maps) // columns)
+    width = columns * (cell_inches * len(key_tokens) + 1.3) + 0.8
+    height = rows * (cell_inches * len(query_tokens) + 1.2)
+    fig, axes = plt.subplots(rows, columns, figsize=(width, height), squeeze=False)
+    for ax, (name, weights) in zip(axes.flat, maps.items(), strict=False):  # more axes than maps
+        plot_heatmap(weights, query_tokens, key_tokens, ax=ax, title=name, cmap="Blues", vmin=0, vmax=1,
+                     colorbar=False, fontsize=fontsize, annotate=annotate)
+        ax.tick_params(labelsize=fontsize)  # text at one size: readable when the page shrinks the figure
+        ax.xaxis.label.set_size(fontsize)
+        ax.yaxis.label.set_size(fontsize)
+        ax.title.set_size(fontsize + 1)
+    for ax in list(axes.flat)[len(maps):]:
+        ax.axis("off")
+    image = axes.flat[0].images[0]
+    fig.colorbar(image, ax=axes.ravel().tolist(), fraction=0.02, pad=0.02, label="attention weight")
+    if title:
+        fig.suptitle(title)
+    return fig
 
 
 def plot_scaling(d_ks, variances, unscaled, scaled):

@@ -7,7 +7,7 @@ from .attention import scaled_dot_product_attention, validate_mask_axes, validat
 
 
 class SelfAttention(nn.Module):
-    """One head with its own W_query, W_key (d_in, d_k) and W_value (d_in, d_v), used as x @ W (chapter 2)."""
+    """One head, its weights (d_in, d_out) used as x @ W (chapter 2)."""
 
     def __init__(self, d_in: int, d_out_kq: int, d_out_v: int):
         super().__init__()
@@ -15,17 +15,18 @@ class SelfAttention(nn.Module):
             if isinstance(size, bool) or not isinstance(size, int) or size < 1:
                 raise ValueError(f"{name} must be a positive integer, got {size!r}")
         self.d_in = d_in
-        # Drawn with torch.rand in this order, so a seed reproduces the source article's numbers.
+        # torch.rand in this order: a seed reproduces the source's numbers
         self.W_query = nn.Parameter(torch.rand(d_in, d_out_kq))
         self.W_key = nn.Parameter(torch.rand(d_in, d_out_kq))
         self.W_value = nn.Parameter(torch.rand(d_in, d_out_v))
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask=None) -> torch.Tensor:
         """x (..., T, d_in) -> context vectors (..., T, d_v)."""
         validate_width(x, self.d_in, dtype=self.W_query.dtype)
         validate_mask_axes(mask, x)
         queries = x @ self.W_query  # (..., T, d_k)
         keys = x @ self.W_key  # (..., T, d_k)
         values = x @ self.W_value  # (..., T, d_v)
-        context, _ = scaled_dot_product_attention(queries, keys, values, mask)
+        context, _ = scaled_dot_product_attention(queries, keys, values,
+                                                  mask)
         return context

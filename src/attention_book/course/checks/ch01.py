@@ -1,43 +1,54 @@
 """Checks of chapter 1's graded exercises (tokens and embeddings); the registry entries at the end name each
 exercise, the function its solution cell defines and what it may not call (see `..checks`)."""
 
-import numpy as np
 import torch
 
-from ...tokens import build_vocab, encode, words
-from .common import case_generator, CASES, Check, shape_problem, sizes, value_problem, WORDS
+from .common import case_generator, CASES, Check, matches, shape_problem, sizes, value_problem
 
 
-def check_vocab(build_vocab_by_hand, seed: int = 0) -> str | None:
-    """Chapter 1: each distinct word -> its rank in sorted order."""
-    rng = np.random.default_rng([seed, 1])
-    for _ in range(CASES):
-        sentence = " ".join(rng.choice(WORDS, size=rng.integers(1, 12)))
-        got, expected = build_vocab_by_hand(sentence), build_vocab(sentence)
-        if set(got) != set(expected):
-            return f"for {sentence!r} the keys should be the distinct words {sorted(expected)}, yours are {sorted(got)}"
-        for word, index in expected.items():
-            if got[word] != index:
-                return (f"for {sentence!r}, {word!r} got index {got[word]} but should get {index}: indices follow "
-                        f"the sorted order of the distinct words")
+def check_mix(mix_by_hand, seed: int = 0) -> str | None:
+    """Chapter 1: x (T, E) and a temperature -> softmax(X Xᵀ / temperature) X, (T, E)."""
+    for case in range(CASES):
+        gen = case_generator(seed, case)
+        T, E = sizes(gen, 2, 8)
+        x = torch.randn(T, E, generator=gen)
+        temperature = float(torch.rand(1, generator=gen)) * 3 + 0.5
+        got = mix_by_hand(x, temperature)
+        if problem := shape_problem(got, (T, E), "the mixed vectors"):
+            return problem
+        scores = x @ x.T  # (T, T)
+        expected = torch.softmax(scores / temperature, dim=-1) @ x
+        if matches(got, expected):
+            continue
+        if matches(got, torch.softmax(scores, dim=-1) @ x):
+            return f"the scores are not divided by the temperature ({temperature:.2f}) before the softmax"
+        if matches(got, torch.softmax(scores / temperature, dim=0) @ x):
+            return "the softmax runs down the columns (dim 0): each word's weights, a row, must sum to 1 (dim -1)"
+        if matches(got, torch.softmax(scores / temperature, dim=-1)):
+            return "these are the weights (T, T): the mixed vectors are the weights times x"
+        return value_problem(got, expected, f"the mixed vectors for T={T}, E={E}, temperature "
+                             f"{temperature:.2f}: row") or "wrong mixed vectors"
     return None
 
 
-def check_encode(encode_by_hand, seed: int = 0) -> str | None:
-    """Chapter 1: a sentence and its vocabulary -> the token ids (T,), one per word, commas dropped."""
-    rng = np.random.default_rng([seed, 11])
-    for _ in range(CASES):
-        sentence = ", ".join(" ".join(rng.choice(WORDS, size=rng.integers(1, 5))) for _ in range(rng.integers(1, 3)))
-        vocab = build_vocab(" ".join(WORDS))
-        got, expected = encode_by_hand(sentence, vocab), encode(sentence, vocab)
-        if not isinstance(got, torch.Tensor) or got.dtype != torch.long:
-            return f"return a torch.long tensor (what nn.Embedding takes), yours is {getattr(got, 'dtype', type(got).__name__)}"
-        if problem := shape_problem(got, tuple(expected.shape), f"the ids of {sentence!r}"):
-            return problem + " (one id per word; commas are not words)"
-        for position, (mine, right) in enumerate(zip(got.tolist(), expected.tolist(), strict=True)):
-            if mine != right:
-                word = words(sentence)[position]
-                return f"in {sentence!r}, word {position} ({word!r}) should get id vocab[{word!r}] = {right}, yours is {mine}"
+def check_running_mean(running_mean_by_hand, seed: int = 0) -> str | None:
+    """Chapter 1: x (T, E) -> row t the mean of rows 0 … t, as one matrix product."""
+    for case in range(CASES):
+        gen = case_generator(seed, case)
+        T, E = [n + 1 for n in sizes(gen, 2, 8)]
+        x = torch.randn(T, E, generator=gen)
+        got = running_mean_by_hand(x)
+        lower = torch.ones(T, T).tril()  # (T, T)
+        expected = (lower / lower.sum(-1, keepdim=True)) @ x
+        if matches(got, expected):
+            continue
+        if matches(got, lower @ x):
+            return "those are running sums: divide row t by the t + 1 rows it adds (each row of weights sums to 1)"
+        if matches(got, (lower.T / lower.T.sum(-1, keepdim=True)) @ x):
+            return "row t averages rows t … T − 1, the future: use the lower triangle (tril), not the upper"
+        if matches(got, x.mean(0, keepdim=True).expand(T, E)):
+            return "every row is the mean of all rows: row t may only average rows 0 … t"
+        return value_problem(got, expected, f"the running means for T={T}, E={E}: row") or "wrong running means"
     return None
 
 
@@ -56,10 +67,11 @@ def check_embed(embed_by_hand, seed: int = 0) -> str | None:
 
 
 CHECKS: dict[str, Check] = {
-    "ch1.vocab": Check(check_vocab, "build_vocab_by_hand",
-          forbidden=("attention_book.tokens.build_vocab",)),
-    "ch1.encode": Check(check_encode, "encode_by_hand",
-          forbidden=("attention_book.tokens.encode",)),
     "ch1.embed": Check(check_embed, "embed_by_hand",
           forbidden=("torch.nn.functional.embedding",)),
+    "ch1.mix": Check(check_mix, "mix_by_hand",
+          forbidden=("torch.nn.functional.scaled_dot_product_attention",
+                     "attention_book.attention.scaled_dot_product_attention")),
+    "ch1.running_mean": Check(check_running_mean, "running_mean_by_hand",
+          forbidden=("torch.cumsum", "torch.Tensor.cumsum")),
 }

@@ -3,7 +3,7 @@ exercise, the function its solution cell defines and what it may not call (see `
 
 import torch
 
-from .common import boolean_problem, case_generator, CASES, Check, shape_problem, sizes
+from .common import boolean_problem, case_generator, CASES, Check, matches, shape_problem, sizes, value_problem
 
 
 def check_split_heads(split_heads_by_hand, seed: int = 0) -> str | None:
@@ -22,20 +22,45 @@ def check_split_heads(split_heads_by_hand, seed: int = 0) -> str | None:
     return None
 
 
-def check_merge_heads(merge_heads_by_hand, seed: int = 0) -> str | None:
-    """Chapter 3: (B, H, T, d) -> (B, T, H·d), the inverse of split_heads: head h fills columns h·d … (h+1)·d − 1."""
+def check_mha_forward(batched_mha_by_hand, seed: int = 0) -> str | None:
+    """Chapter 3: x (B, T, E) and an nn.MultiheadAttention's parameters -> its output (B, T, E)."""
     for case in range(CASES):
         gen = case_generator(seed, case)
-        B, H, T, d = sizes(gen, 4, 5)
-        x = torch.randn(B, H, T, d, generator=gen)
-        got = merge_heads_by_hand(x)
-        if problem := shape_problem(got, (B, T, H * d), f"merging (B, H, T, d) = {tuple(x.shape)}"):
+        B, T, H, d = sizes(gen, 4, 5)
+        E = H * d
+        # no initialisation (it would draw from the student's global generator): every parameter from `gen`
+        module = torch.nn.utils.skip_init(torch.nn.MultiheadAttention, E, H, batch_first=True).eval()
+        with torch.no_grad():
+            for parameter in module.parameters():
+                parameter.copy_(torch.randn(parameter.shape, generator=gen) / d**0.5)
+        x = torch.randn(B, T, E, generator=gen)
+        params = [p.detach().clone() for p in (module.in_proj_weight, module.in_proj_bias,
+                                                module.out_proj.weight, module.out_proj.bias)]
+        got = batched_mha_by_hand(x, *params, H)
+        if problem := shape_problem(got, (B, T, E), "the output"):
             return problem
-        expected = x.transpose(1, 2).reshape(B, T, H * d)
-        if not torch.equal(torch.as_tensor(got), expected):
-            return (f"columns {d}..{2 * d - 1} of position 0 should hold head 1's vector x[0, 1, 0]; swap H and T "
-                    f"back first (transpose(1, 2)), then reshape (a transpose needs .reshape, not .view)")
+        with torch.no_grad():
+            expected, _ = module(x, x, x, need_weights=False)
+        if matches(got, expected):
+            continue
+        if H > 1 and matches(got, _mha(x, *params, 1)):
+            return f"you attended with one head of width E = {E}: split q, k and v into H = {H} heads of E/H = {d}"
+        if matches(got, _mha(x, *params, H, scale=False)):
+            return f"the scores are not scaled: divide each head's q kᵀ by √(E/H) = √{d}"
+        if matches(got, _mha(x, *params, H, out=False)):
+            return "the output projection is missing: apply out_proj (weight and bias) to the merged heads"
+        return value_problem(got, expected, f"the output for (B, T, E) = {(B, T, E)}, H = {H}: entry") or "wrong output"
     return None
+
+
+def _mha(x, in_w, in_b, out_w, out_b, H, scale=True, out=True):
+    """nn.MultiheadAttention's self-attention forward pass, and the variants of the usual mistakes."""
+    B, T, E = x.shape
+    q, k, v = (x @ in_w.T + in_b).split(E, dim=-1)  # (B, T, E) each
+    q, k, v = (t.view(B, T, H, E // H).transpose(1, 2) for t in (q, k, v))  # (B, H, T, E/H)
+    scores = q @ k.transpose(-2, -1) / ((E // H) ** 0.5 if scale else 1.0)
+    context = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, E)
+    return context @ out_w.T + out_b if out else context
 
 
 def check_mask_to_sdpa(mask_to_sdpa, seed: int = 0) -> str | None:
@@ -65,8 +90,10 @@ def check_mask_to_sdpa(mask_to_sdpa, seed: int = 0) -> str | None:
 CHECKS: dict[str, Check] = {
     "ch3.split_heads": Check(check_split_heads, "split_heads_by_hand",
           forbidden=("attention_book.multihead.MultiHeadAttention.split_heads",)),
-    "ch3.merge_heads": Check(check_merge_heads, "merge_heads_by_hand",
-          forbidden=("attention_book.multihead.MultiHeadAttention.merge_heads",)),
+    "ch3.mha_forward": Check(check_mha_forward, "batched_mha_by_hand",
+          forbidden=("torch.nn.functional.multi_head_attention_forward",
+                     "torch.nn.functional.scaled_dot_product_attention",
+                     "attention_book.multihead.MultiHeadAttention.forward")),
     "ch3.mask_to_sdpa": Check(check_mask_to_sdpa, "mask_to_sdpa",
           forbidden=("attention_book.multihead.mask_from_torch",)),
 }

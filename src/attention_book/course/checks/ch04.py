@@ -25,24 +25,31 @@ def check_padding_mask(padding_mask_by_hand, seed: int = 0) -> str | None:
     return None
 
 
-def check_cross_attention(cross_attention_by_hand, seed: int = 0) -> str | None:
-    """Chapter 4: decoder states (T, E) ask, encoder states (S, E) answer: W_q on the decoder, W_k and W_v
-    on the encoder -> (T, d_v)."""
+def check_masked_loss(masked_loss_by_hand, seed: int = 0) -> str | None:
+    """Chapter 4: logits (B, T, V), labels (B, T) and target lengths (B,) -> the mean cross-entropy over the
+    real positions t < lengths[b] only (padded query positions do not count)."""
     for case in range(CASES):
         gen = case_generator(seed, case)
-        T, S, E, d_k, d_v = sizes(gen, 5, 6)
-        target, source = torch.randn(T, E, generator=gen), torch.randn(S, E, generator=gen)
-        W_q, W_k, W_v = (torch.randn(E, n, generator=gen) for n in (d_k, d_k, d_v))
-        got = cross_attention_by_hand(target, source, W_q, W_k, W_v)
-        expected, _ = scaled_dot_product_attention(target @ W_q, source @ W_k, source @ W_v)
-        if matches(got, expected):
+        B, T, V = [n + 1 for n in sizes(gen, 3, 7)]
+        logits = torch.randn(B, T, V, generator=gen) * 2
+        labels = torch.randint(0, V, (B, T), generator=gen)
+        lengths = torch.randint(1, T + 1, (B,), generator=gen)
+        lengths[0] = max(1, T - 1)  # at least one padded position in the batch
+        got = masked_loss_by_hand(logits, labels, lengths)
+        if problem := shape_problem(torch.as_tensor(got), (), "the loss"):
+            return problem + " (one number: the mean over the real positions)"
+        real = torch.arange(T) < lengths[:, None]  # (B, T)
+        nll = -torch.log_softmax(logits, dim=-1).gather(-1, labels[..., None]).squeeze(-1)  # (B, T)
+        expected = nll[real].mean()
+        if torch.allclose(torch.as_tensor(got, dtype=expected.dtype), expected, atol=1e-5):
             continue
-        if T != S and shape_problem(got, (S, d_v), "") is None:
-            return (f"your output has one row per source position ({S}); cross-attention gives one per target "
-                    f"position ({T}): the queries come from the decoder (target)")
-        if matches(got, scaled_dot_product_attention(target @ W_q, target @ W_k, target @ W_v)[0]):
-            return "that is self-attention over the target: the keys and values come from the encoder (source)"
-        return value_problem(got, expected, f"the output for T={T}, S={S}: row") or "wrong output"
+        if torch.allclose(torch.as_tensor(got, dtype=expected.dtype), nll.mean(), atol=1e-5):
+            return (f"you averaged over every position, padding included: with lengths {lengths.tolist()}, only "
+                    f"positions below each length count")
+        if torch.allclose(torch.as_tensor(got, dtype=expected.dtype), (nll * real).sum() / nll.numel(), atol=1e-5):
+            return (f"the padded positions are zeroed but still counted in the mean: divide by the number of real "
+                    f"positions, {int(real.sum())}, not {nll.numel()}")
+        return f"with lengths {lengths.tolist()} the loss is {expected:.4f}, yours is {float(got):.4f}"
     return None
 
 
@@ -70,8 +77,8 @@ def check_padded_attention(padded_attention_by_hand, seed: int = 0) -> str | Non
 CHECKS: dict[str, Check] = {
     "ch4.padding_mask": Check(check_padding_mask, "padding_mask_by_hand",
           forbidden=()),
-    "ch4.cross_attention": Check(check_cross_attention, "cross_attention_by_hand",
-          forbidden=("attention_book.attention.scaled_dot_product_attention", "torch.nn.functional.scaled_dot_product_attention")),
+    "ch4.masked_loss": Check(check_masked_loss, "masked_loss_by_hand",
+          forbidden=("torch.nn.functional.cross_entropy", "torch.nn.functional.nll_loss")),
     "ch4.padded_attention": Check(check_padded_attention, "padded_attention_by_hand",
           forbidden=("attention_book.attention.scaled_dot_product_attention", "torch.nn.functional.scaled_dot_product_attention")),
 }

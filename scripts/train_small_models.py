@@ -1,0 +1,52 @@
+"""Chapters 3 and 4's trained models: a two-head look-back layer and a tiny encoder–decoder that reverses.
+
+Each is trained from a fixed seed on fixed batches (`attention_book.trained`), then measured on a fixed
+evaluation batch. The weights go to src/attention_book/data/trained_lookback.pt and trained_reverser.pt
+(plain state_dicts, loaded with weights_only=True); the settings, loss curves, accuracies and the machine
+go to src/attention_book/data/trained_small.json, which the chapters read.
+Run from the repository root:  .venv/bin/python scripts/train_small_models.py
+(126 s and 314 s for the two, niced, on the shared 2-core build machine at a load average of 17;
+trained_small.json records the seconds of the run that made the stored weights.)
+"""
+
+import json
+from pathlib import Path
+from time import perf_counter
+
+import torch
+
+from attention_book.measure import machine
+from attention_book.trained import (
+    LookBackConfig,
+    ReverserConfig,
+    TrainSettings,
+    config_dict,
+    lookback_accuracy,
+    reverser_accuracy,
+    train_lookback,
+    train_reverser,
+)
+
+DATA = Path("src/attention_book/data")
+
+
+def main() -> None:
+    torch.set_num_threads(2)  # the book's reference machine; the result does not depend on it
+    settings = TrainSettings()
+    result = {"machine": machine(), "settings": config_dict(settings)}
+    for name, config, train, accuracy in (("lookback", LookBackConfig(), train_lookback, lookback_accuracy),
+                                          ("reverser", ReverserConfig(), train_reverser, reverser_accuracy)):
+        start = perf_counter()
+        model, curve = train(config, settings)
+        seconds = perf_counter() - start
+        weights = f"trained_{name}.pt"
+        torch.save(model.state_dict(), DATA / weights)
+        scores = accuracy(model)
+        result[name] = {"config": config_dict(config), "weights": weights, "curve": curve, "accuracy": scores,
+                        "train_seconds": round(seconds, 1)}
+        print(f"{name}: {seconds:.0f} s, final loss {curve[-1][1]:.4f}, accuracy {scores}")
+    (DATA / "trained_small.json").write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
