@@ -10,7 +10,7 @@ export TF_CPP_MIN_LOG_LEVEL := 3
 export TF_ENABLE_ONEDNN_OPTS := 0
 export PYTHONHASHSEED := 0
 
-.PHONY: install book student course test lint unit notebooks portability browser chromium bwrap nbgrader clean
+.PHONY: install book student course test lint unit notebooks portability versions browser chromium bwrap nbgrader clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -104,6 +104,25 @@ $(addprefix portability-,$(PORTABILITY_VARIANTS)): $(STAMP)
 # -k: every variant runs and reports, even after one fails.
 portability: $(STAMP)
 	$(MAKE) --no-print-directory -k $(addprefix portability-,$(PORTABILITY_VARIANTS))
+
+# make versions: the chapters under nbval in each version set of version-sets/*.txt: Colab's runtime as last
+# announced (colab) and the oldest versions pyproject.toml declares (lower). Each set gets its own venv in
+# .venv-versions/, built from the registry by scripts/versions_venv.sh with the package installed without
+# requirements.txt's pins (the first time about 9 minutes and 8 GB per set, mostly torch's CUDA wheels;
+# rebuilt when the set or pyproject.toml changes). The printing rule's tests run there too. The version
+# cells are the only outputs allowed to differ, and only in the versions they print: tests/nbval_versions.cfg.
+# One set: `make versions VERSION_SETS=colab`; with -k every set runs and reports.
+VERSION_SETS ?= colab lower
+VERSIONS_SANITIZE := _build/nbval_versions.cfg
+.PHONY: $(addprefix versions-,$(VERSION_SETS))
+versions: $(addprefix versions-,$(VERSION_SETS))
+$(addprefix versions-,$(VERSION_SETS)): versions-%:
+	@echo "== nbval, version set $*"
+	scripts/versions_venv.sh version-sets/$*.txt
+	mkdir -p _build && cat tests/nbval_sanitize.cfg tests/nbval_versions.cfg > $(VERSIONS_SANITIZE)
+	.venv-versions/$*/bin/python -m pytest -q -p no:cacheprovider tests/test_printing.py
+	.venv-versions/$*/bin/python -m pytest --nbval --nbval-current-env --nbval-sanitize-with $(VERSIONS_SANITIZE) \
+		-p no:cacheprovider $(CHAPTERS)
 
 # axe-core, the accessibility checker the browser test runs in every page, from npm at the version
 # package.json pins (no lock file: .npmrc). Defined before `browser`, whose prerequisites expand it.

@@ -77,31 +77,41 @@ class CausalSelfAttention(nn.Module):
         self.attention = MultiHeadAttention(embed_dim, num_heads, bias=bias, dropout=dropout,
                                             num_kv_heads=num_kv_heads)
 
-    def forward(self, x: torch.Tensor, need_weights: bool = False, cache=None):
+    def forward(self, x: torch.Tensor, need_weights: bool = False,
+                cache=None):
         """Returns (output (B, T, E), head-averaged weights (B, T, S) or None).
 
-        Without a cache S = T. With a cache (chapter 7), x holds the T newest positions, and the cache says
-        which positions the queries and the S keys it will return stand for; the mask follows from those.
+        Without a cache S = T. With a cache (chapter 7), x holds the T newest
+        positions, and the cache says which positions the queries and the S
+        keys it will return stand for; the mask follows from those.
         """
         validate_ring_window(cache, self.window)
         mask, is_causal = self.mask(x.shape[-2], x.device, cache)
         if mask is not None and mask.dim() == 2:
-            mask = mask[None, None]  # (1, 1, T, S): the same for every sequence and head, never read as (B, S)
-        return self.attention(x, mask=mask, need_weights=need_weights, cache=cache, is_causal=is_causal)
+            mask = mask[None, None]  # (1, 1, T, S): every sequence and head
+        return self.attention(x, mask=mask, need_weights=need_weights,
+                              cache=cache, is_causal=is_causal)
 
-    def mask(self, num_queries: int, device=None, cache=None) -> tuple[torch.Tensor | None, bool]:
-        """(mask, is_causal) for T new queries: is_causal when the mask is the plain T × T triangle, which
-        the fused kernel applies without a mask tensor; mask None when nothing is blocked."""
-        if cache is None:
-            query_positions = key_positions = torch.arange(num_queries, device=device)  # (T,), (S,) with S = T
-        else:
-            query_positions, key_positions = cache.positions(num_queries, device)  # (..., T), (..., S)
+    def mask(self, num_queries: int, device=None,
+             cache=None) -> tuple[torch.Tensor | None, bool]:
+        """(mask, is_causal) for T new queries: is_causal when the mask is the
+        plain T × T triangle, which the fused kernel applies without a mask
+        tensor; mask None when nothing is blocked."""
+        if cache is None:  # S = T: queries and keys are the same positions
+            query_positions = torch.arange(num_queries, device=device)  # (T,)
+            key_positions = query_positions  # (S,)
+        else:  # (..., T), (..., S)
+            query_positions, key_positions = cache.positions(num_queries,
+                                                             device)
         num_keys = key_positions.shape[-1]
         window_covers_all = self.window is None or num_keys <= self.window
-        if query_positions.dim() == 1 and window_covers_all:  # one start for the whole batch
+        if query_positions.dim() == 1 and window_covers_all:  # one batch start
             if num_queries == num_keys:
                 return None, True
             if num_queries == 1:
-                return None, False  # a single newest query may see every key it is given
-        mask = position_mask(query_positions, key_positions, self.window)  # (..., T, S)
-        return (mask if mask.dim() == 2 else mask[:, None]), False  # (B, T, S) -> (B, 1, T, S): heads alike
+                return None, False  # one newest query may see every key given
+        mask = position_mask(query_positions, key_positions,
+                             self.window)  # (..., T, S)
+        if mask.dim() > 2:
+            mask = mask[:, None]  # (B, T, S) -> (B, 1, T, S): heads alike
+        return mask, False

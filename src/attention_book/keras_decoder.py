@@ -5,6 +5,7 @@ NumPy and h5py, and the port needs PyTorch.
 """
 
 from dataclasses import dataclass
+from importlib.resources import files
 
 import numpy as np
 import torch
@@ -74,10 +75,11 @@ def read_keras_weights(path, config: KerasDecoderConfig = KerasDecoderConfig()) 
         for name, (dataset, shape) in keras_weight_map(config).items():
             if dataset not in file:
                 present = "\n  ".join(f"{p} {s}" for p, s in h5_datasets(path).items())
-                raise MissingDatasetError(f"{name}: dataset {dataset!r} is not in {path}; it has:\n  {present}")
+                raise MissingDatasetError(f"{name}: no dataset {dataset!r}\n  in {path}, which has:\n  {present}")
             array = file[dataset][()]
             if array.shape != shape:
-                raise ValueError(f"{name} ({dataset} in {path}): expected shape {shape}, the file has {array.shape}")
+                raise ValueError(f"{name}: expected shape {shape}, the file has {array.shape}\n"
+                                 f"  dataset {dataset!r}\n  in {path}")
             weights[name] = array
     return weights
 
@@ -102,10 +104,13 @@ def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np.einsum("bhts,bhsk->bhtk", weights, v)  # (B, H, T, d_k)
 
 
-def decoder_forward(weights: dict[str, np.ndarray], tokens: np.ndarray, cache=None) -> np.ndarray:
-    """The Keras decoder's forward pass with einsum on its saved arrays: tokens (B, T) -> probabilities (B, T, V).
+def decoder_forward(weights: dict[str, np.ndarray], tokens: np.ndarray,
+                    cache=None) -> np.ndarray:
+    """The Keras decoder's forward pass with einsum on its saved arrays:
+    tokens (B, T) -> next-token probabilities (B, T, V) (chapter 6).
 
-    With a `KVCache` (chapter 7) `tokens` are the newest T positions and attend to the cached ones too.
+    With a `KVCache` (chapter 7) `tokens` are the newest T positions and
+    attend to the cached ones too.
     """
     w = weights
     tokens = np.asarray(tokens)
@@ -122,37 +127,83 @@ def decoder_forward(weights: dict[str, np.ndarray], tokens: np.ndarray, cache=No
     if cache is not None:
         k, v = cache.append(k, v)  # every position so far: (B, H, S, d_k)
     context = attend(q, k, v)  # (B, H, T, d_k)
-    attended = np.einsum("bhtk,hke->bte", context, w["output_kernel"]) + w["output_bias"]  # (B, T, E)
-    return softmax(attended @ w["dense_kernel"] + w["dense_bias"])  # (B, T, V)
+    attended = np.einsum("bhtk,hke->bte", context, w["output_kernel"])
+    attended = attended + w["output_bias"]  # (B, T, E)
+    logits = attended @ w["dense_kernel"] + w["dense_bias"]  # (B, T, V)
+    return softmax(logits)
 
 
 def build_keras_decoder(config: KerasDecoderConfig = KerasDecoderConfig()):
-    """Chapter 6's Keras model, uncompiled; tokens (B, T) int -> next-token probabilities (B, T, V)."""
+    """Chapter 6's Keras model, uncompiled:
+    tokens (B, T) int -> next-token probabilities (B, T, V)."""
     import keras
 
+    c = config
     tokens = keras.Input(shape=(None,), dtype="int32", name="tokens")
-    x = keras.layers.Embedding(config.vocab_size, config.embed_dim, name="embedding")(tokens)
-    attention = keras.layers.MultiHeadAttention(config.num_heads, config.key_dim, name="attention")
-    x = attention(x, x, use_causal_mask=True)
-    probabilities = keras.layers.Dense(config.vocab_size, activation="softmax", name="next_token")(x)
-    return keras.Model(tokens, probabilities, name="decoder")
+    embedding = keras.layers.Embedding(c.vocab_size, c.embed_dim,
+                                       name="embedding")
+    attention = keras.layers.MultiHeadAttention(c.num_heads, c.key_dim,
+                                                name="attention")
+    dense = keras.layers.Dense(c.vocab_size, activation="softmax",
+                               name="next_token")
+    x = embedding(tokens)  # (B, T, E)
+    x = attention(x, x, use_causal_mask=True)  # query = key = value = x
+    return keras.Model(tokens, dense(x), name="decoder")
 
 
 def train_keras_decoder(inputs, targets, epochs: int = 164, seed: int = 42,
                         config: KerasDecoderConfig = KerasDecoderConfig()):
-    """Chapter 6's decoder trained with Adam on one teacher-forced sentence; returns (model, loss per epoch).
+    """Chapter 6's decoder trained with Adam on one teacher-forced
+    sentence; returns (model, loss per epoch).
 
-    Seeded and with TensorFlow's deterministic ops, so that every run prints the same losses.
+    Seeded, with TensorFlow's deterministic ops: runs agree on one machine
+    and one version. Other Keras versions draw other initial weights from
+    the same seed and reach an equivalent model (chapter 6).
     """
     import keras
     import tensorflow as tf
 
-    keras.utils.set_random_seed(seed)  # Python, NumPy and TensorFlow generators
+    keras.utils.set_random_seed(seed)  # Python, NumPy and TensorFlow
     tf.config.experimental.enable_op_determinism()
     model = build_keras_decoder(config)
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
-    losses = [float(model.train_on_batch(inputs, targets)) for _ in range(epochs)]  # one batch = one epoch
+    losses = []
+    for _ in range(epochs):  # one batch = one epoch
+        # else Keras 3.10 returns the mean loss of all batches so far
+        model.reset_metrics()
+        losses.append(float(model.train_on_batch(inputs, targets)))
     return model, losses
+
+
+# Chapter 6's decoder as trained once by `scripts/train_keras_decoder.py` (seed 42, the pinned versions of
+# requirements.txt): the chapters compute from these arrays, so that their numbers do not depend on how a
+# reader's TensorFlow and Keras initialise and train. A fresh training reaches an equivalent model.
+TRAINED_WEIGHTS = "keras_decoder.weights.h5"
+TRAINED_FINAL_LOSS_BELOW = 0.01  # the stored model's training loss, and what a fresh training must reach
+
+
+def trained_weights_path():
+    """Where the package keeps chapter 6's trained weights, a Keras 3 `.weights.h5` file (chapter 6)."""
+    return files("attention_book") / "data" / TRAINED_WEIGHTS
+
+
+def load_trained_weights(config: KerasDecoderConfig = KerasDecoderConfig()) -> dict[str, np.ndarray]:
+    """Chapter 6's trained decoder as named arrays, read from the package by `read_keras_weights` (chapters 6, 7)."""
+    return read_keras_weights(trained_weights_path(), config)
+
+
+def keras_decoder_from_weights(weights: dict[str, np.ndarray], config: KerasDecoderConfig = KerasDecoderConfig()):
+    """Chapter 6's Keras model holding the given arrays (as `read_keras_weights` returns them), on any Keras 3.
+
+    The arrays are assigned layer by layer in the name map's order, not with `load_weights`, whose file layout
+    changed between Keras releases; Keras checks every shape.
+    """
+    model = build_keras_decoder(config)
+    names = list(keras_weight_map(config))  # embedding, 8 attention arrays, dense kernel and bias
+    model.get_layer("embedding").set_weights([weights[n] for n in names[:1]])
+    model.get_layer("attention").set_weights([weights[n] for n in names[1:9]])
+    model.get_layer("next_token").set_weights([weights[n] for n in names[9:]])
+    return model
 
 
 class TorchKerasDecoder(nn.Module):
@@ -183,11 +234,12 @@ class TorchKerasDecoder(nn.Module):
 
 
 def torch_from_keras_map(w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Our PyTorch parameter names -> the Keras arrays rearranged for them (chapter 6).
-
-    The attention's kernels keep a head axis in Keras; chapter 3's `keras_attention_map` flattens them.
+    """Our PyTorch parameter names -> the Keras arrays rearranged for them
+    (chapter 6). The attention's kernels keep a head axis in Keras;
+    chapter 3's `keras_attention_map` flattens them.
     """
-    attention = {f"attention.{name}": array for name, array in keras_attention_map(w).items()}
+    attention = {f"attention.{name}": array
+                 for name, array in keras_attention_map(w).items()}
     return {
         "embedding.weight": w["embedding"],  # (V, E)
         **attention,
