@@ -83,4 +83,5 @@ def test_html_is_self_contained_and_deterministic():
         assert not re.search(r"(src|href)=|https?://|import\(|fetch\(|XMLHttpRequest", page), \
             "the figure loads nothing from anywhere"
         assert page.count("<script>") == 2 and "AttnBookFigures.start" in page
-        assert figure.summary in repr(figure)
+        assert figure.summary.split()[:3] == repr(figure).split(": ", 1)[1].split()[:3]
+        assert max(map(len, repr(figure).splitlines())) <= 79  # the notebook's 79 columns

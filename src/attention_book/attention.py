@@ -183,3 +183,13 @@ def broadcast_shape(*shapes) -> tuple[int, ...] | None:
 
 def _shape(t: torch.Tensor) -> tuple[int, ...]:
     return tuple(t.shape)
+
+
+def validate_positive(allow_none: bool = False, **sizes) -> None:
+    """Each of `sizes` (name=value) must be a positive int (or None if `allow_none`); 0 is not None."""
+    for name, value in sizes.items():
+        if value is None and allow_none:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            expected = "a positive integer or None" if allow_none else "a positive integer"
+            raise ValueError(f"{name} must be {expected}, got {value!r}")

@@ -11,7 +11,8 @@ from torch import nn
 from tqdm import tqdm
 
 from .causal import CausalSelfAttention
-from .multihead import validate_dropout, validate_positive
+from .attention import validate_positive
+from .multihead import validate_dropout
 from .kv_cache import BlockPool, KVCache, PagedKVCache, RingKVCache
 
 

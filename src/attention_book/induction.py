@@ -240,9 +240,7 @@ def induction_score(weights: torch.Tensor, tokens: torch.Tensor,
     weights (B, H, T, T), tokens (B, T), periods (B,) -> (H,).
     """
     queries = induction_queries(tokens, periods)  # (B, T)
-    if not queries.any():
-        raise ValueError(f"periods {periods.tolist()} leave no repeating query in tokens {tuple(tokens.shape)}: "
-                         f"a period must be below T = {tokens.shape[-1]}")
+    validate_some_queries(queries, tokens, periods)
     on_target = induction_weights(weights, tokens)  # (B, H, T)
     return on_target.transpose(0, 1)[:, queries].mean(-1)  # (H,)
 
@@ -542,3 +540,10 @@ def validate_tokens(tokens: torch.Tensor, vocab_size: int) -> None:
         raise ValueError(f"tokens must be an integer tensor (B, T), got {shape}")
     if tokens.numel() and tokens.device.type != "meta" and not 0 <= int(tokens.min()) <= int(tokens.max()) < vocab_size:
         raise ValueError(f"token ids must be in 0..{vocab_size - 1}, got {int(tokens.min())}..{int(tokens.max())}")
+
+
+def validate_some_queries(queries: torch.Tensor, tokens: torch.Tensor, periods: torch.Tensor) -> None:
+    """An induction score needs at least one repeating query (chapter 9)."""
+    if not queries.any():
+        raise ValueError(f"periods {periods.tolist()} leave no repeating query in tokens {tuple(tokens.shape)}: "
+                         f"a period must be below T = {tokens.shape[-1]}")

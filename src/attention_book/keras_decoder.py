@@ -113,13 +113,7 @@ def decoder_forward(weights: dict[str, np.ndarray], tokens: np.ndarray,
     attend to the cached ones too.
     """
     w = weights
-    tokens = np.asarray(tokens)
-    vocab_size = w["embedding"].shape[0]
-    if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.integer):
-        raise ValueError(f"tokens must be integer ids (B, T), got shape {tokens.shape} of {tokens.dtype}")
-    if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab_size):
-        raise ValueError(f"tokens must be ids from 0 to {vocab_size - 1} (the embedding's rows), got values from "
-                         f"{tokens.min()} to {tokens.max()}: NumPy would read -1 as the last row")
+    tokens = validate_token_ids(tokens, w["embedding"].shape[0])  # (B, T)
     x = w["embedding"][tokens]  # gather: (B, T, E)
     q = project(x, w["query_kernel"], w["query_bias"])  # (B, H, T, d_k)
     k = project(x, w["key_kernel"], w["key_bias"])  # (B, H, T, d_k)
@@ -246,3 +240,14 @@ def torch_from_keras_map(w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "dense.weight": w["dense_kernel"].T,  # (E, V) -> (V, E)
         "dense.bias": w["dense_bias"],  # (V,)
     }
+
+
+def validate_token_ids(tokens, vocab_size: int) -> np.ndarray:
+    """Token ids (B, T) as a NumPy array of integers from 0 to vocab_size − 1 (chapter 6)."""
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 2 or not np.issubdtype(tokens.dtype, np.integer):
+        raise ValueError(f"tokens must be integer ids (B, T), got shape {tokens.shape} of {tokens.dtype}")
+    if tokens.size and (tokens.min() < 0 or tokens.max() >= vocab_size):
+        raise ValueError(f"tokens must be ids from 0 to {vocab_size - 1} (the embedding's rows), got values from "
+                         f"{tokens.min()} to {tokens.max()}: NumPy would read -1 as the last row")
+    return tokens

@@ -13,6 +13,7 @@ from .attention import (
     scaled_scores,
     validate_attention_inputs,
     validate_mask_axes,
+    validate_positive,
     validate_width,
 )
 from .self_attention import SelfAttention
@@ -191,16 +192,6 @@ def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torc
     stacked = q.unflatten(-3, (kv_heads, group)).flatten(-3, -2)  # (..., H_kv, group, T, d) -> (..., H_kv, group·T, d)
     context = F.scaled_dot_product_attention(stacked, k, v)  # (..., H_kv, group·T, d_v)
     return context.unflatten(-2, (group, q.shape[-2])).flatten(-4, -3)  # (..., H_kv, group, T, d_v) -> (..., H, T, d_v)
-
-
-def validate_positive(allow_none: bool = False, **sizes) -> None:
-    """Each of `sizes` (name=value) must be a positive int (or None if `allow_none`); 0 is not None."""
-    for name, value in sizes.items():
-        if value is None and allow_none:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            expected = "a positive integer or None" if allow_none else "a positive integer"
-            raise ValueError(f"{name} must be {expected}, got {value!r}")
 
 
 def validate_dropout(dropout) -> None:

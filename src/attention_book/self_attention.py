@@ -3,7 +3,12 @@
 import torch
 from torch import nn
 
-from .attention import scaled_dot_product_attention, validate_mask_axes, validate_width
+from .attention import (
+    scaled_dot_product_attention,
+    validate_mask_axes,
+    validate_positive,
+    validate_width,
+)
 
 
 class SelfAttention(nn.Module):
@@ -11,9 +16,7 @@ class SelfAttention(nn.Module):
 
     def __init__(self, d_in: int, d_out_kq: int, d_out_v: int):
         super().__init__()
-        for name, size in (("d_in", d_in), ("d_out_kq", d_out_kq), ("d_out_v", d_out_v)):
-            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-                raise ValueError(f"{name} must be a positive integer, got {size!r}")
+        validate_positive(d_in=d_in, d_out_kq=d_out_kq, d_out_v=d_out_v)
         self.d_in = d_in
         # torch.rand in this order: a seed reproduces the source's numbers
         self.W_query = nn.Parameter(torch.rand(d_in, d_out_kq))

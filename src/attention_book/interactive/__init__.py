@@ -17,6 +17,7 @@ screen-reader users reach only through extra work.
 
 import html
 import json
+import textwrap
 from dataclasses import dataclass
 from importlib.resources import files
 
@@ -43,7 +44,8 @@ class InteractiveFigure:
             raise ValueError(f"name must be letters, digits and hyphens (it becomes an HTML id), got {self.name!r}")
 
     def __repr__(self) -> str:
-        return f"{self.title}: {self.summary}"
+        """The text form (a notebook viewer without HTML shows it): at most 79 columns, like every output."""
+        return textwrap.fill(f"{self.title}: {self.summary}.", width=79)
 
     def _repr_html_(self) -> str:
         ident = f"ab-{self.name}"
