@@ -440,8 +440,9 @@ def k_composition_qk(model: AttentionOnly, previous_head: int, head: int) -> tor
     """Layer-2 head `head`'s QK circuit through layer-1 head `previous_head` (V, V) (Elhage et al., 2021):
     entry (a, b) scores a query holding token a against a key into which the layer-1 head copied token b
     (from the position before it). An induction head scores the diagonal highest: "my token was the
-    previous token there". LayerNorm on the key side is taken as its centring and gain only (the scale
-    changes every score of a row alike)."""
+    previous token there". LayerNorm on the key side is taken as its centring and gain only: its scale
+    comes from the whole residual stream at the key's position, not from this one term, so the circuit
+    leaves it out (it would divide a column, and the chapter checks that the diagonal still wins)."""
     query = normed_embeddings(model, 1)  # (V, E): what layer 2 reads of the current token
     written = normed_embeddings(model, 0) @ qk_ov(model, 0, previous_head)[1]  # (V, E): layer 1's copy
     key = (written - written.mean(-1, keepdim=True)) * model.norms[1].weight.detach()  # (V, E)
