@@ -442,7 +442,7 @@ def k_composition_qk(model: AttentionOnly, previous_head: int, head: int) -> tor
     (from the position before it). An induction head scores the diagonal highest: "my token was the
     previous token there". LayerNorm on the key side is taken as its centring and gain only: its scale
     comes from the whole residual stream at the key's position, not from this one term, so the circuit
-    leaves it out (it would divide a column, and the chapter checks that the diagonal still wins)."""
+    leaves it out (it would divide each key's column by that position's norm)."""
     query = normed_embeddings(model, 1)  # (V, E): what layer 2 reads of the current token
     written = normed_embeddings(model, 0) @ qk_ov(model, 0, previous_head)[1]  # (V, E): layer 1's copy
     key = (written - written.mean(-1, keepdim=True)) * model.norms[1].weight.detach()  # (V, E)
