@@ -74,7 +74,7 @@ CHECKS: dict[str, Check] = {
     "ch8.running_max_and_sum": Check(check_running_max_and_sum, "running_max_and_sum",
           forbidden=("attention_book.efficient.online_softmax",)),
     "ch8.merge_partials": Check(check_merge_partials, "merge_partials",
-          forbidden=()),
+          forbidden=("attention_book.efficient.merge_partials",)),
     "ch8.tiled_attention": Check(check_tiled_attention, "tiled_attention_by_hand",
           forbidden=("attention_book.efficient.tiled_attention", "attention_book.attention.scaled_dot_product_attention", "torch.nn.functional.scaled_dot_product_attention")),
 }
