@@ -174,7 +174,7 @@ def tile_steps(scores, values, block_size: int, *, name: str = "tiles",
                for start, stop, m, total, acc in online_attention_states(scores, values, block_size)]
     exact = torch.softmax(scores, dim=-1) @ values  # (d_v,)
     data = {"scores": _rounded(scores), "steps": records, "exact": _rounded(exact)}
-    summary = (f"{len(records)} tiles of {block_size} keys over {scores.shape[-1]} scores: the running max, "
+    summary = (f"{len(records)} tiles of up to {block_size} keys over {scores.shape[-1]} scores: the running max, "
                f"sum and accumulator after each; at the end acc / l equals softmax(scores) · V")
     return InteractiveFigure("tiles", name, title, data, summary)
 
