@@ -275,27 +275,36 @@ def test_a_submission_can_write_only_its_scratch_folder(tmp_path):
 
 # Issue 33: every exercise's own reference, called instead of written, scores nothing.
 CALLS_THE_REFERENCE = {
-    "ch1.vocab": "from attention_book.tokens import build_vocab\n\n\ndef build_vocab_by_hand(sentence):\n"
-                 "    return build_vocab(sentence)\n",
-    "ch1.encode": "from attention_book.tokens import encode\n\n\ndef encode_by_hand(sentence, vocab):\n"
-                  "    return encode(sentence, vocab)\n",
     "ch1.embed": "import torch.nn.functional as F\n\n\ndef embed_by_hand(ids, table):\n    return F.embedding(ids, table)\n",
     "ch2.attention": "import torch.nn.functional as F\n\n\ndef attention_by_hand(q, k, v):\n"
                      "    return F.scaled_dot_product_attention(q[None], k[None], v[None])[0]\n",
-    "ch2.attention_weights": "from attention_book.attention import attention_weights\n\n\n"
-                             "def attention_weights_by_hand(q, k):\n    return attention_weights(q, k)\n",
-    "ch2.self_attention": "from attention_book import scaled_dot_product_attention as sdpa\n\n\n"
-                          "def self_attention_by_hand(x, W_q, W_k, W_v):\n    return sdpa(x @ W_q, x @ W_k, x @ W_v)[0]\n",
     "ch3.split_heads": "from types import SimpleNamespace\n\nfrom attention_book.multihead import MultiHeadAttention\n\n\n"
                        "def split_heads_by_hand(x, H):\n    layer = SimpleNamespace(num_heads=H, head_dim=x.shape[-1] // H)\n"
                        "    return MultiHeadAttention.split_heads(layer, x)\n",
-    "ch3.merge_heads": "from attention_book.multihead import MultiHeadAttention\n\n\ndef merge_heads_by_hand(x):\n"
-                       "    return MultiHeadAttention.merge_heads(None, x)\n",
     "ch3.mask_to_sdpa": "from attention_book import mask_from_torch\n\n\ndef mask_to_sdpa(attn_mask, key_padding_mask):\n"
                         "    return mask_from_torch(attn_mask, key_padding_mask) == 0\n",
-    "ch4.cross_attention": "import torch.nn.functional as F\n\n\ndef cross_attention_by_hand(target, source, W_q, W_k, W_v):\n"
-                           "    q, k, v = target @ W_q, source @ W_k, source @ W_v\n"
-                           "    return F.scaled_dot_product_attention(q[None], k[None], v[None])[0]\n",
+    "ch1.mix": "import torch.nn.functional as F\n\n\ndef mix_by_hand(x, temperature):\n"
+               "    return F.scaled_dot_product_attention(x[None], x[None], x[None], scale=1 / temperature)[0]\n",
+    "ch1.running_mean": "import torch\n\n\ndef running_mean_by_hand(x):\n"
+                        "    return x.cumsum(0) / torch.arange(1, x.shape[0] + 1)[:, None]\n",
+    "ch2.additive": "import keras\nimport torch\n\n\ndef additive_scores_by_hand(q, k, W_1, W_2, v_a):\n"
+                    "    layer = keras.layers.AdditiveAttention(use_scale=True)\n"
+                    "    layer.build([(1, q.shape[0], W_1.shape[1]), (1, k.shape[0], W_2.shape[1])])\n"
+                    "    layer.scale.assign(v_a.numpy())\n"
+                    "    scores = layer._calculate_scores((q @ W_1)[None].numpy(), (k @ W_2)[None].numpy())\n"
+                    "    return torch.as_tensor(keras.ops.convert_to_numpy(scores))[0]\n",
+    "ch3.mha_forward": "import torch.nn.functional as F\n\n\n"
+                       "def batched_mha_by_hand(x, in_w, in_b, out_w, out_b, H):\n"
+                       "    x = x.transpose(0, 1)\n"
+                       "    out, _ = F.multi_head_attention_forward(x, x, x, x.shape[-1], H, in_w, in_b, None, None, False,\n"
+                       "                                            0.0, out_w, out_b, training=False, need_weights=False)\n"
+                       "    return out.transpose(0, 1)\n",
+    "ch4.masked_loss": "import torch\nimport torch.nn.functional as F\n\n\ndef masked_loss_by_hand(logits, labels, lengths):\n"
+                       "    real = torch.arange(labels.shape[1]) < lengths[:, None]\n"
+                       "    return F.cross_entropy(logits[real], labels[real])\n",
+    "ch8.merge_partials": "from attention_book.efficient import merge_partials as merge\n\n\n"
+                          "def merge_partials(m_a, l_a, acc_a, m_b, l_b, acc_b):\n"
+                          "    return merge(m_a, l_a, acc_a, m_b, l_b, acc_b)\n",
     "ch4.padded_attention": "import torch\nimport torch.nn.functional as F\n\n\n"
                             "def padded_attention_by_hand(q, k, v, lengths):\n"
                             "    mask = torch.arange(k.shape[1]) < lengths[:, None]\n"

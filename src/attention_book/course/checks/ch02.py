@@ -91,7 +91,7 @@ CHECKS: dict[str, Check] = {
     "ch2.attention": Check(check_attention, "attention_by_hand",
           forbidden=("attention_book.attention.scaled_dot_product_attention", "torch.nn.functional.scaled_dot_product_attention")),
     "ch2.saturation": Check(check_saturation, "saturation_by_hand",
-          forbidden=("attention_book.scaling.softmax_saturation", "attention_book.scaling.dot_product_variance")),
+          forbidden=()),  # the package's demos draw their own queries and keys: nothing computes this answer
     "ch2.additive": Check(check_additive, "additive_scores_by_hand",
           forbidden=("keras.layers.AdditiveAttention",)),
 }
