@@ -7,7 +7,8 @@ from torch import nn
 from tqdm import tqdm
 
 from .causal import CausalSelfAttention
-from .kv_cache import BlockPool, KVCache, PagedKVCache, RingKVCache
+from .kv_cache import BlockPool, Int8KVCache, KVCache, PagedKVCache, RingKVCache
+from .latent import LatentAttention
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,9 @@ class DecoderConfig:
     dropout: float = 0.0  # on the attention weights, in training mode only
     num_kv_heads: int | None = None  # key/value heads; None = H (multi-head), 1 = multi-query
     window: int | None = None  # sliding window: each position sees itself and window - 1 before; None = all
+    sinks: int = 0  # with a window: the first `sinks` positions stay visible to all (attention sinks)
+    latent_dim: int | None = None  # multi-head latent attention: the cached latent's width; None = keys, values
+    rope_dim: int = 32  # with latent_dim: width of the rotated key shared by the heads, cached beside it
 
 
 class DecoderBlock(nn.Module):
@@ -31,8 +35,16 @@ class DecoderBlock(nn.Module):
         super().__init__()
         E = config.embed_dim
         self.norm1, self.norm2 = nn.LayerNorm(E), nn.LayerNorm(E)
-        self.attention = CausalSelfAttention(E, config.num_heads, dropout=config.dropout,
-                                             num_kv_heads=config.num_kv_heads, window=config.window)
+        if config.latent_dim is None:
+            self.attention = CausalSelfAttention(E, config.num_heads, dropout=config.dropout,
+                                                 num_kv_heads=config.num_kv_heads, window=config.window,
+                                                 sinks=config.sinks)
+        else:  # multi-head latent attention: one latent and one rope key cached per position
+            if config.num_kv_heads is not None or config.dropout:
+                raise ValueError("latent_dim (multi-head latent attention) takes neither num_kv_heads nor dropout, "
+                                 f"got num_kv_heads={config.num_kv_heads}, dropout={config.dropout}")
+            self.attention = LatentAttention(E, config.num_heads, config.latent_dim, config.rope_dim,
+                                             window=config.window, sinks=config.sinks)
         self.mlp = nn.Sequential(nn.Linear(E, 4 * E), nn.GELU(approximate="tanh"), nn.Linear(4 * E, E))  # as GPT-2
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
@@ -54,11 +66,15 @@ class Decoder(nn.Module):
         self.norm = nn.LayerNorm(config.embed_dim)
         self.head = nn.Linear(config.embed_dim, config.vocab_size, bias=False)
 
-    def new_caches(self) -> list[KVCache] | list[RingKVCache]:
-        """One empty cache per layer: as long as the context, or a ring of `window` positions."""
+    def new_caches(self, int8: bool = False) -> list[KVCache] | list[RingKVCache]:
+        """One empty cache per layer: as long as the context, or a ring of `window` positions (and the
+        sinks); with `int8`, full caches that store int8 keys and values."""
         if self.config.window is not None:
-            return [RingKVCache(self.config.window) for _ in self.blocks]
-        return [KVCache(self.config.context_length) for _ in self.blocks]
+            if int8:
+                raise ValueError("int8 caches are full caches: give window=None")
+            return [RingKVCache(self.config.window, self.config.sinks) for _ in self.blocks]
+        kind = Int8KVCache if int8 else KVCache
+        return [kind(self.config.context_length) for _ in self.blocks]
 
     def new_paged_caches(self, batch_size: int, num_blocks: int, block_size: int = 16) -> list[PagedKVCache]:
         """One paged cache per layer for `batch_size` sequences, each layer with a pool of `num_blocks` blocks."""
