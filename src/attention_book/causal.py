@@ -26,15 +26,15 @@ def causal_mask(num_queries: int, num_keys: int | None = None, device=None, wind
     return mask
 
 
-def position_mask(query_positions: torch.Tensor, key_positions: torch.Tensor, window: int | None = None,
-                  sinks: int = 0):
-    """True where a query at position p may attend to a key at position s: s ≤ p, and s > p − window (chapter 7).
+def position_mask(query_positions: torch.Tensor, key_positions: torch.Tensor,
+                  window: int | None = None, sinks: int = 0):
+    """True where a query at position p may attend to a key at position s:
+    s ≤ p, and s > p − window (chapter 7). With `sinks` (attention sinks,
+    chapter 7) the first `sinks` positions stay visible to every query.
 
-    With `sinks` (StreamingLLM's attention sinks, chapter 7) the first `sinks` positions stay visible
-    to every later query, window or not.
-
-    `causal_mask` for keys that are not simply 0 … S − 1: a ring buffer's slots, or a batch of sequences
-    of different lengths padded to one (padding gets a position no query reaches). Positions (..., T) and
+    `causal_mask` for keys that are not simply 0 … S − 1: a ring buffer's
+    slots, or a batch of sequences of different lengths padded to one
+    (padding gets a position no query reaches). Positions (..., T) and
     (..., S) give a mask (..., T, S).
     """
     validate_window(window)
@@ -81,11 +81,13 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, need_weights: bool = False, cache=None):
         """Returns (output (B, T, E), head-averaged weights (B, T, S) or None).
 
-        Without a cache S = T. With a cache (chapter 7), x holds the T newest positions, and the cache says
-        which positions the queries and the S keys it will return stand for; the mask follows from those.
+        Without a cache S = T. With a cache (chapter 7), x holds the T newest
+        positions, and the cache says which positions the queries and the S
+        keys it will return stand for; the mask follows from those.
         """
         mask, is_causal = self.mask(x.shape[-2], x.device, cache)
-        return self.attention(x, mask=mask, need_weights=need_weights, cache=cache, is_causal=is_causal)
+        return self.attention(x, mask=mask, need_weights=need_weights,
+                              cache=cache, is_causal=is_causal)
 
     def mask(self, num_queries: int, device=None, cache=None) -> tuple[torch.Tensor | None, bool]:
         """(mask, is_causal) for T new queries: is_causal when the mask is the plain T × T triangle, which

@@ -80,22 +80,25 @@ class Decoder(nn.Module):
         """One paged cache per layer for `batch_size` sequences, each layer with a pool of `num_blocks` blocks."""
         return [PagedKVCache(BlockPool(num_blocks, block_size), batch_size) for _ in self.blocks]
 
-    def forward(self, tokens: torch.Tensor, caches: list | None = None) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, caches: list | None = None):
         """tokens (B, T) -> next-token logits (B, T, V).
 
-        With caches, `tokens` are the newest T positions, placed after those already stored: the caches
-        say at which positions (one start for the batch, or one per sequence for a paged cache).
+        With caches, `tokens` are the newest T positions, placed after those
+        already stored: the caches say at which positions (one start for the
+        batch, or one per sequence for a paged cache).
         """
         T = tokens.shape[-1]
-        start = 0 if caches is None else len(caches[0])  # with a paged cache, the longest sequence's length
+        start = 0 if caches is None else len(caches[0])  # paged: the longest
         if start + T > self.config.context_length:
-            raise ValueError(f"positions {start}..{start + T - 1} exceed context_length={self.config.context_length} "
-                             f"(the last position is {self.config.context_length - 1})")
+            raise ValueError(
+                f"positions {start}..{start + T - 1} exceed context_length="
+                f"{self.config.context_length} (the last position is "
+                f"{self.config.context_length - 1})")
         if caches is None:
             positions = torch.arange(T, device=tokens.device)  # (T,)
-        else:
-            positions, _ = caches[0].positions(T, tokens.device)  # (T,), or (B, T) for a paged cache
-        x = self.token_embedding(tokens) + self.position_embedding(positions)  # (B, T, E)
+        else:  # (T,), or (B, T) for a paged cache
+            positions, _ = caches[0].positions(T, tokens.device)
+        x = self.token_embedding(tokens) + self.position_embedding(positions)
         for i, block in enumerate(self.blocks):
             x = block(x, None if caches is None else caches[i])
         return self.head(self.norm(x))  # (B, T, V)
@@ -176,3 +179,16 @@ def generate_paged(model: Decoder, prompts: list[torch.Tensor], max_new_tokens: 
         if step < max_new_tokens - 1:
             logits = model(chosen, caches)[:, -1]  # (B, V): one new position per sequence, each its own
     return sequences, caches
+
+
+@torch.inference_mode()
+def decode_one_by_one(model, tokens: torch.Tensor, caches: list) -> torch.Tensor:
+    """Feed `tokens` (B, T) through `caches` one position at a time; the logits of every step (B, T, V).
+
+    Works for any model called as model(tokens, caches=...), chapter 9's too (its first output is taken).
+    """
+    logits = []
+    for t in range(tokens.shape[-1]):
+        out = model(tokens[:, t:t + 1], caches=caches)
+        logits.append(out[0] if isinstance(out, tuple) else out)  # (B, 1, V)
+    return torch.cat(logits, dim=1)  # (B, T, V)

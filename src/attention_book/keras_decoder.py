@@ -102,10 +102,13 @@ def attend(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np.einsum("bhts,bhsk->bhtk", weights, v)  # (B, H, T, d_k)
 
 
-def decoder_forward(weights: dict[str, np.ndarray], tokens: np.ndarray, cache=None) -> np.ndarray:
-    """The Keras decoder's forward pass with einsum on its saved arrays: tokens (B, T) -> probabilities (B, T, V).
+def decoder_forward(weights: dict[str, np.ndarray], tokens: np.ndarray,
+                    cache=None) -> np.ndarray:
+    """The Keras decoder's forward pass with einsum on its saved arrays:
+    tokens (B, T) -> probabilities (B, T, V) (chapter 6).
 
-    With a `KVCache` (chapter 7) `tokens` are the newest T positions and attend to the cached ones too.
+    With a `KVCache` (chapter 7) `tokens` are the newest T positions and
+    attend to the cached ones too.
     """
     w = weights
     x = w["embedding"][tokens]  # gather: (B, T, E)
@@ -115,7 +118,8 @@ def decoder_forward(weights: dict[str, np.ndarray], tokens: np.ndarray, cache=No
     if cache is not None:
         k, v = cache.append(k, v)  # every position so far: (B, H, S, d_k)
     context = attend(q, k, v)  # (B, H, T, d_k)
-    attended = np.einsum("bhtk,hke->bte", context, w["output_kernel"]) + w["output_bias"]  # (B, T, E)
+    attended = np.einsum("bhtk,hke->bte", context,
+                         w["output_kernel"]) + w["output_bias"]  # (B, T, E)
     return softmax(attended @ w["dense_kernel"] + w["dense_bias"])  # (B, T, V)
 
 

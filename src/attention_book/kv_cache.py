@@ -23,15 +23,20 @@ def _zeros_like(example, shape):
 
 
 def buffers_for(keys, values, stored_keys, stored_values, length: int):
-    """A cache's key and value buffers (..., length, d): allocated on the first append, shaped like the new
-    keys (..., n, d_k) and values (..., n, d_v) and of their kind (tensor or NumPy array), else the stored
-    ones, checked to fit them (chapter 7)."""
+    """A cache's key and value buffers (..., length, d) (chapter 7).
+
+    Allocated on the first append, shaped like the new keys (..., n, d_k)
+    and values (..., n, d_v) and of their kind (tensor or NumPy array);
+    after that the stored ones, checked to fit them.
+    """
     if keys.shape[:-1] != values.shape[:-1]:
-        raise ValueError(f"keys {tuple(keys.shape)} and values {tuple(values.shape)} must agree on every axis "
-                         "but the last")
+        raise ValueError(
+            f"keys {tuple(keys.shape)} and values {tuple(values.shape)} "
+            "must agree on every axis but the last")
     if stored_keys is None:
         lead = tuple(keys.shape[:-2])
-        return _zeros_like(keys, (*lead, length, keys.shape[-1])), _zeros_like(values, (*lead, length, values.shape[-1]))
+        return (_zeros_like(keys, (*lead, length, keys.shape[-1])),
+                _zeros_like(values, (*lead, length, values.shape[-1])))
     validate_fits(keys, stored_keys, "keys")
     validate_fits(values, stored_values, "values")
     return stored_keys, stored_values
@@ -72,19 +77,23 @@ class KVCache:
         return torch.arange(start, start + num_new, device=device), torch.arange(start + num_new, device=device)
 
     def append(self, keys, values):
-        """Store the keys (..., n, d_k) and values (..., n, d_v) of n new positions.
-
-        Returns the keys (..., S, d_k) and values (..., S, d_v) of all S positions stored so far.
+        """Store the keys (..., n, d_k) and values (..., n, d_v) of n new
+        positions. Returns the keys (..., S, d_k) and values (..., S, d_v)
+        of all S positions stored so far.
         """
-        self.keys, self.values = buffers_for(keys, values, self.keys, self.values, self.max_length)
+        self.keys, self.values = buffers_for(
+            keys, values, self.keys, self.values, self.max_length)
         n = keys.shape[-2]
         if self.length + n > self.max_length:
-            raise ValueError(f"KV cache overflow: {self.length} positions stored + {n} new > max_length="
-                             f"{self.max_length}")
-        self.keys[..., self.length:self.length + n, :] = keys
-        self.values[..., self.length:self.length + n, :] = values
+            raise ValueError(
+                f"KV cache overflow: {self.length} positions stored + {n} "
+                f"new > max_length={self.max_length}")
+        new = slice(self.length, self.length + n)
+        self.keys[..., new, :] = keys
+        self.values[..., new, :] = values
         self.length += n
-        return self.keys[..., :self.length, :], self.values[..., :self.length, :]  # (..., S, d)
+        held = slice(0, self.length)  # (..., S, d) each:
+        return self.keys[..., held, :], self.values[..., held, :]
 
     def nbytes(self) -> int:
         """Bytes held by the two buffers (the whole `max_length`, allocated up front)."""
