@@ -227,10 +227,12 @@ class Int8KVCache(KVCache):
 
 
 def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x (..., d) -> (int8 (..., d), float32 scale (..., 1)), symmetric: x ≈ scale · int8 (chapter 7)."""
+    """x (..., d) -> int8 (..., d) and float32 scale (..., 1) with
+    x ≈ scale · int8, symmetric, one scale per vector (chapter 7)."""
     scale = x.abs().amax(dim=-1, keepdim=True).float() / 127  # (..., 1)
-    scale = scale.clamp(min=torch.finfo(torch.float32).tiny)  # an all-zero vector stays zero
-    return (x.float() / scale).round().clamp(-127, 127).to(torch.int8), scale
+    scale = scale.clamp(min=torch.finfo(torch.float32).tiny)  # zeros stay 0
+    q = (x.float() / scale).round().clamp(-127, 127)
+    return q.to(torch.int8), scale
 
 
 def dequantize_int8(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:

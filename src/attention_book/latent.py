@@ -66,14 +66,17 @@ class LatentAttention(nn.Module):
         return self.out_proj((weights @ v).transpose(1, 2).flatten(-2)), None  # (B, T, H·d_h) -> (B, T, E)
 
     def absorbed_attention(self, x, q_r, c, k_r, mask):
-        """The same attention with W_uk in the query and W_uv in the output projection: the cached latents
-        c (B, 1, S, d_c) and rope keys k_r (B, 1, S, d_r) are read as they are, never up-projected."""
-        q_absorbed, out_absorbed = self.absorbed_weights()  # (H, d_c, E), (H, E, d_c)
-        q_latent = torch.einsum("hce,bte->bhtc", q_absorbed, x)  # (B, H, T, d_c) = W_uk_iᵀ W_q_i x
-        scores = q_latent @ c.transpose(-2, -1) + q_r @ k_r.transpose(-2, -1)  # (B, H, T, S)
-        weights = masked_softmax(scores / math.sqrt(self.d_h + self.d_r), mask)  # (B, H, T, S)
-        mixed = weights @ c  # (B, H, T, d_c): the latents' weighted sum, per head
-        return torch.einsum("hec,bhtc->bte", out_absorbed, mixed) + self.out_proj.bias  # (B, T, E)
+        """The attention with W_uk in the query and W_uv in the output
+        projection: the cached latents c (B, 1, S, d_c) and rope keys
+        k_r (B, 1, S, d_r) are read as they are, never projected up."""
+        w_q, w_out = self.absorbed_weights()  # (H, d_c, E), (H, E, d_c)
+        q_lat = torch.einsum("hce,bte->bhtc", w_q, x)  # (B, H, T, d_c)
+        scores = q_lat @ c.mT + q_r @ k_r.mT  # (B, H, T, S)
+        scale = math.sqrt(self.d_h + self.d_r)
+        weights = masked_softmax(scores / scale, mask)  # (B, H, T, S)
+        mixed = weights @ c  # (B, H, T, d_c): the latents' weighted sum
+        out = torch.einsum("hec,bhtc->bte", w_out, mixed)  # (B, T, E)
+        return out + self.out_proj.bias
 
     def absorbed_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """W_uk_iᵀ W_q_i (H, d_c, E) and W_o_i W_uv_i (H, E, d_c), computed once per set of weights."""
