@@ -123,3 +123,24 @@ def test_multihead_attention_from_keras_equals_keras(heads, key_dim, T, S, seed)
 def test_from_keras_needs_a_built_layer():
     with pytest.raises(ValueError, match="build it"):
         ab.MultiHeadAttention.from_keras(keras.layers.MultiHeadAttention(2, 4))
+
+
+def test_stored_trained_weights_predict_the_sentence():
+    """The package's trained decoder (chapters 6 and 7): Keras holding its arrays and the hand pass agree,
+    and both continue every prefix of 今天天气真好 with its next character."""
+    tokens = np.array(kd.SENTENCE_TOKENS)
+    inputs, targets = tokens[None, :-1], tokens[None, 1:]
+    weights = kd.load_trained_weights()
+    by_hand = kd.decoder_forward(weights, inputs)  # (B, T, V)
+    np.testing.assert_array_equal(by_hand.argmax(-1), targets)
+    loss = -np.log(np.take_along_axis(by_hand, targets[..., None], -1)).mean()
+    assert loss < kd.TRAINED_FINAL_LOSS_BELOW
+    model = kd.keras_decoder_from_weights(weights)
+    np.testing.assert_allclose(model.predict(inputs, verbose=0), by_hand, rtol=1e-5, atol=1e-6)
+
+
+def test_keras_decoder_from_weights_refuses_a_wrong_shape():
+    weights = dict(kd.load_trained_weights())
+    weights["key_bias"] = weights["key_bias"][:1]  # (1, 64) where the layer holds (2, 64)
+    with pytest.raises(ValueError, match=r"\(2, 64\)"):
+        kd.keras_decoder_from_weights(weights)

@@ -5,6 +5,7 @@ NumPy and h5py, and the port needs PyTorch.
 """
 
 from dataclasses import dataclass
+from importlib.resources import files
 
 import numpy as np
 import torch
@@ -139,7 +140,8 @@ def train_keras_decoder(inputs, targets, epochs: int = 164, seed: int = 42,
                         config: KerasDecoderConfig = KerasDecoderConfig()):
     """Chapter 6's decoder trained with Adam on one teacher-forced sentence; returns (model, loss per epoch).
 
-    Seeded and with TensorFlow's deterministic ops, so that every run prints the same losses.
+    Seeded and with TensorFlow's deterministic ops, so that runs on one machine and one version agree.
+    Other Keras versions initialise other weights from the same seed and reach an equivalent model.
     """
     import keras
     import tensorflow as tf
@@ -148,8 +150,43 @@ def train_keras_decoder(inputs, targets, epochs: int = 164, seed: int = 42,
     tf.config.experimental.enable_op_determinism()
     model = build_keras_decoder(config)
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
-    losses = [float(model.train_on_batch(inputs, targets)) for _ in range(epochs)]  # one batch = one epoch
+    losses = []
+    for _ in range(epochs):  # one batch = one epoch
+        # without a reset, train_on_batch returns the mean over every batch so far on Keras 3.10 (3.15: this one)
+        model.reset_metrics()
+        losses.append(float(model.train_on_batch(inputs, targets)))
     return model, losses
+
+
+# Chapter 6's decoder as trained once by `scripts/train_keras_decoder.py` (seed 42, the pinned versions of
+# requirements.txt): the chapters compute from these arrays, so that their numbers do not depend on how a
+# reader's TensorFlow and Keras initialise and train. A fresh training reaches an equivalent model.
+TRAINED_WEIGHTS = "keras_decoder.weights.h5"
+TRAINED_FINAL_LOSS_BELOW = 0.01  # the stored model's training loss, and what a fresh training must reach
+
+
+def trained_weights_path():
+    """Where the package keeps chapter 6's trained weights, a Keras 3 `.weights.h5` file (chapter 6)."""
+    return files("attention_book") / "data" / TRAINED_WEIGHTS
+
+
+def load_trained_weights(config: KerasDecoderConfig = KerasDecoderConfig()) -> dict[str, np.ndarray]:
+    """Chapter 6's trained decoder as named arrays, read from the package by `read_keras_weights` (chapters 6, 7)."""
+    return read_keras_weights(trained_weights_path(), config)
+
+
+def keras_decoder_from_weights(weights: dict[str, np.ndarray], config: KerasDecoderConfig = KerasDecoderConfig()):
+    """Chapter 6's Keras model holding the given arrays (as `read_keras_weights` returns them), on any Keras 3.
+
+    The arrays are assigned layer by layer in the name map's order, not with `load_weights`, whose file layout
+    changed between Keras releases; Keras checks every shape.
+    """
+    model = build_keras_decoder(config)
+    names = list(keras_weight_map(config))  # embedding, 8 attention arrays, dense kernel and bias
+    model.get_layer("embedding").set_weights([weights[n] for n in names[:1]])
+    model.get_layer("attention").set_weights([weights[n] for n in names[1:9]])
+    model.get_layer("next_token").set_weights([weights[n] for n in names[9:]])
+    return model
 
 
 class TorchKerasDecoder(nn.Module):
