@@ -1,12 +1,15 @@
 """Chapter 7's measurements of today's cache variants: the time of one cached decode step against the number
-of key/value heads, and against the context with and without a sliding window.
+of key/value heads, against the context with and without a sliding window, and at a long context for
+multi-head, grouped-query, multi-query and multi-head latent attention and an int8 cache; the bytes per
+token each variant's cache buffers hold; and the int8 cache's error over a long decode.
 
-Run from the repository root (about a minute on a 2-core CPU):  .venv/bin/python benchmarks/kv_cache_variants.py
+Run from the repository root (a few minutes on a 2-core CPU):  .venv/bin/python benchmarks/kv_cache_variants.py
 The result goes to src/attention_book/data/kv_cache_variants_cpu.json, which chapter 7 reads. Every
 variant has its own model (the same sizes as the chapter's decoder, random weights: the cost does not
 depend on their values) and its own caches, prefilled with the context; all the variants of a batch size
 are timed in turn in one run, so that the machine's slow moments fall on all of them alike and their
-times can be compared across heads and contexts.
+times can be compared across heads and contexts. The machine is shared and noisy: compare the ratios
+within one batch size, not absolute times across runs.
 """
 
 from dataclasses import replace
@@ -14,7 +17,7 @@ from dataclasses import replace
 import torch
 from tqdm import tqdm
 
-from attention_book.decoder import Decoder, DecoderConfig
+from attention_book.decoder import Decoder, DecoderConfig, next_token
 from attention_book.measure import interleaved_medians, machine, save_result
 
 KV_HEADS = (4, 2, 1)  # the chapter's decoder has H = 4: multi-head, grouped (2 groups), multi-query
@@ -23,19 +26,64 @@ BATCHES = (1, 8)
 WINDOW = 256
 CONTEXTS = (128, 256, 512, 1024, 2048, 4096)
 REPEATS = 40
+LONG_CONTEXT = 4096  # the variants side by side at this context
+LATENT = {"latent_dim": 128, "rope_dim": 32}  # MLA at this width: d_c = 2·d_h, d_r = d_h / 2
+VARIANTS = {  # name -> (config changes, int8 cache)
+    "MHA": ({}, False), "GQA": ({"num_kv_heads": 2}, False), "MQA": ({"num_kv_heads": 1}, False),
+    "MLA": (LATENT, False), "MHA int8": ({}, True),
+}
+PREFILL_CHUNK = 256  # long prompts go in by chunks: MLA's prefill writes out its (T, S) scores
+INT8_STEPS = 1024  # the int8 cache's error is followed over this many decode steps
 
 
-def prefilled_step(config: DecoderConfig, context: int, batch: int):
+def prefilled_step(config: DecoderConfig, context: int, batch: int, int8: bool = False, chunk: int | None = None):
     """One decode step of a model whose caches hold `context` positions of `batch` sequences, as a callable."""
     torch.manual_seed(0)
     model = Decoder(config).eval()
     generator = torch.Generator().manual_seed(1)
     prompt = torch.randint(0, config.vocab_size, (batch, context), generator=generator)  # (B, T0)
     token = prompt[:, -1:]  # (B, 1): which token is fed does not change the cost
-    caches = model.new_caches()
+    caches = model.new_caches(int8=int8)
     with torch.inference_mode():
-        model(prompt, caches)
+        for start in range(0, context, chunk or context):
+            model(prompt[:, start:start + (chunk or context)], caches)
     return lambda: model(token, caches), caches
+
+
+def bytes_per_token(base: DecoderConfig) -> dict:
+    """Bytes per position of every variant's caches, read from their buffers (all layers, one sequence)."""
+    result = {}
+    for name, (changes, int8) in VARIANTS.items():
+        model = Decoder(replace(base, **changes)).eval()
+        caches = model.new_caches(int8=int8)
+        with torch.inference_mode():
+            model(torch.zeros(1, 1, dtype=torch.long), caches)
+        result[name] = sum(c.nbytes() for c in caches) / base.context_length
+    return result
+
+
+@torch.inference_mode()
+def int8_error(base: DecoderConfig) -> dict:
+    """Greedy decode of INT8_STEPS tokens with float32 caches; the same tokens fed to a twin with int8 caches.
+    At each step, the largest difference of the last layer's attention output and of the logits, each
+    relative to the float32 run's largest entry."""
+    torch.manual_seed(0)
+    model = Decoder(replace(base, context_length=INT8_STEPS + 16)).eval()
+    outputs = []
+    hook = model.blocks[-1].attention.register_forward_hook(lambda module, args, out: outputs.append(out[0]))
+    exact, small = model.new_caches(), model.new_caches(int8=True)
+    token = torch.randint(0, base.vocab_size, (1, 16), generator=torch.Generator().manual_seed(1))
+    model(token, exact), model(token, small)
+    token = torch.zeros(1, 1, dtype=torch.long)
+    attention, logits = [], []
+    for _ in tqdm(range(INT8_STEPS), desc="int8 decode"):
+        outputs.clear()
+        a, b = model(token, exact)[:, -1], model(token, small)[:, -1]  # (B, V) each
+        attention.append(((outputs[1] - outputs[0]).abs().max() / outputs[0].abs().max()).item())
+        logits.append(((b - a).abs().max() / a.abs().max()).item())
+        token = next_token(a)  # (B, 1): both runs are fed the float32 run's choice
+    hook.remove()
+    return {"steps": INT8_STEPS, "relative_attention_error": attention, "relative_logit_error": logits}
 
 
 def measure_batch(base: DecoderConfig, batch: int) -> tuple[list[dict], list[dict]]:
@@ -48,27 +96,37 @@ def measure_batch(base: DecoderConfig, batch: int) -> tuple[list[dict], list[dic
         for kind, config in (("full", base), ("window", replace(base, window=WINDOW))):
             steps[(kind, context)], caches = prefilled_step(config, context, batch)
             held[(kind, context)] = sum(c.nbytes() for c in caches)
+    for name, (changes, int8) in tqdm(VARIANTS.items(), desc=f"variants at {LONG_CONTEXT}, batch {batch}"):
+        steps[("long", name)], _ = prefilled_step(replace(base, **changes), LONG_CONTEXT, batch, int8, PREFILL_CHUNK)
     seconds = interleaved_medians(steps, REPEATS, progress=True)
+    long = [{"batch": batch, "variant": name, "context": LONG_CONTEXT, "seconds_per_step": seconds[("long", name)]}
+            for name in VARIANTS]
     heads = [{"batch": batch, "num_kv_heads": kv, "context": KV_CONTEXT, "seconds_per_step": seconds[("heads", kv)]}
              for kv in KV_HEADS]
     contexts = [{"batch": batch, "context": c, "seconds_full": seconds[("full", c)],
                  "seconds_window": seconds[("window", c)], "bytes_full": held[("full", c)],
                  "bytes_window": held[("window", c)]} for c in CONTEXTS]
-    return heads, contexts
+    return heads, contexts, long
 
 
 def main() -> None:
     base = DecoderConfig(context_length=max(CONTEXTS) + 2 * REPEATS)  # room for the timed steps' growth
     result = {"machine": machine(), "config": vars(base), "window": WINDOW, "repeats": REPEATS,
-              "kv_heads": [], "context": []}
+              "latent": LATENT, "kv_heads": [], "context": [], "long_context": [],
+              "bytes_per_token": bytes_per_token(base), "int8_error": int8_error(base)}
     for batch in BATCHES:
-        heads, contexts = measure_batch(base, batch)
+        heads, contexts, long = measure_batch(base, batch)
         result["kv_heads"] += heads
         result["context"] += contexts
+        result["long_context"] += long
     save_result(result, "kv_cache_variants_cpu", "src/attention_book/data")
     for row in result["kv_heads"]:
         print(f"batch {row['batch']}, {row['num_kv_heads']} key/value heads: "
               f"{row['seconds_per_step'] * 1e3:.2f} ms per step")
+    for row in result["long_context"]:
+        print(f"batch {row['batch']}, {row['variant']:8} at {LONG_CONTEXT}: {row['seconds_per_step'] * 1e3:6.2f} ms")
+    print("bytes per token:", result["bytes_per_token"])
+    print("int8, largest relative error of the attention output:", max(result["int8_error"]["relative_attention_error"]))
     for row in result["context"]:
         print(f"batch {row['batch']}, context {row['context']:5}: full {row['seconds_full'] * 1e3:6.2f} ms, "
               f"window {WINDOW}: {row['seconds_window'] * 1e3:6.2f} ms")

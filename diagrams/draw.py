@@ -1088,10 +1088,51 @@ def encoder_decoder(png_dir=None):
     save(fig, "encoder_decoder", png_dir)
 
 
+def latent_attention(png_dir=None):
+    """Chapter 7: multi-head latent attention at a decode step, absorbed form (DeepSeek-V2)."""
+    fig, ax = new_figure(10.0, 5.4)
+    text(ax, 0.2, 5.15, "Multi-head latent attention, one decode step (absorbed form)", size=FONT, ha="left",
+         weight="bold")
+    text(ax, 0.2, 4.85, "the cache holds one latent c and one rotated key k_r per position, shared by all H heads",
+         size=SMALL, ha="left", color=MUTED)
+    # the new token
+    box(ax, 0.85, 2.55, 1.2, 0.6, "x_t\n(B, 1, E)", style="tensor", size=SMALL)
+    # keys: down-projection to the latent and the decoupled rope key
+    box(ax, 2.75, 3.95, 1.7, 0.6, "kv_down\n(W_dkv and W_kr)", style="layer", size=SMALL)
+    arrow(ax, (0.85, 2.85), (1.9, 3.85))
+    box(ax, 4.9, 4.2, 1.9, 0.42, "c_t (B, 1, 1, d_c)", style="key_strong", size=SMALL, rounded=False)
+    box(ax, 4.9, 3.7, 1.9, 0.42, "RoPE → k_r,t (.., d_r)", style="key_strong", size=SMALL, rounded=False)
+    arrow(ax, (3.6, 3.95), (3.95, 3.95))
+    arrow(ax, (5.85, 3.95), (6.45, 3.45), "append", side="right", offset=0.06)
+    # the cache
+    cell = 0.34
+    cell_grid(ax, 6.1, 3.3, 1, 9, cell, lambda i, j: "key_strong" if j == 8 else "key_pale", cell_h=0.34)
+    cell_grid(ax, 6.1, 2.82, 1, 9, cell, lambda i, j: "key_strong" if j == 8 else "key_pale", cell_h=0.22)
+    text(ax, 6.0, 3.13, "c", size=SMALL, ha="right")
+    text(ax, 6.0, 2.71, "k_r", size=SMALL, ha="right")
+    text(ax, 7.63, 2.42, "cache: (B, 1, S, d_c) and (B, 1, S, d_r)", size=SMALL, color=MUTED)
+    text(ax, 7.63, 2.15, "d_c + d_r numbers per position and layer", size=SMALL, color=MUTED)
+    # queries
+    box(ax, 2.75, 1.15, 1.7, 0.6, "q_proj, then W_ukᵀ\n(absorbed)", style="layer", size=SMALL)
+    arrow(ax, (0.85, 2.25), (1.9, 1.25))
+    box(ax, 4.9, 1.4, 1.9, 0.42, "q_lat (B, H, 1, d_c)", style="query", size=SMALL, rounded=False)
+    box(ax, 4.9, 0.9, 1.9, 0.42, "RoPE → q_r (.., d_r)", style="query", size=SMALL, rounded=False)
+    arrow(ax, (3.6, 1.15), (3.95, 1.15))
+    arrow(ax, (5.85, 1.15), (6.6, 2.0))
+    text(ax, 6.2, 1.05, "scores (B, H, 1, S) =\nq_lat · c + q_r · k_r", size=SMALL, ha="left", linespacing=1.3)
+    # output
+    box(ax, 9.0, 1.2, 1.75, 0.6, "softmax, then\nΣ w c (B, H, 1, d_c)", style="tensor", size=SMALL)
+    arrow(ax, (8.0, 2.0), (8.6, 1.5))
+    box(ax, 9.0, 0.35, 1.75, 0.45, "W_o W_uv → (B, 1, E)", style="layer", size=SMALL)
+    arrow(ax, (9.0, 0.9), (9.0, 0.58))
+    save(fig, "latent_attention", png_dir)
+
+
 DIAGRAMS = (embedding_lookup, scaled_dot_product_attention, multihead_split_merge, cross_attention,
             causal_mask_alignments, keras_decoder_flow, kv_cache_decode_step, grouped_query_heads, ring_buffer,
             block_table, tile_schedule, rope_rotation, induction_circuit, k_composition_ablation)
 DIAGRAMS += (transformer_block, encoder_decoder)  # chapters 3 and 4 (issue 29)
+DIAGRAMS += (latent_attention,)  # chapter 7 (issue 31)
 
 
 def main():

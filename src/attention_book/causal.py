@@ -29,11 +29,15 @@ def causal_mask(num_queries: int, num_keys: int | None = None, device=None, wind
     return mask
 
 
-def position_mask(query_positions: torch.Tensor, key_positions: torch.Tensor, window: int | None = None):
-    """True where a query at position p may attend to a key at position s: s ≤ p, and s > p − window (chapter 7).
+def position_mask(query_positions: torch.Tensor, key_positions: torch.Tensor,
+                  window: int | None = None, sinks: int = 0):
+    """True where a query at position p may attend to a key at position s:
+    s ≤ p, and s > p − window (chapter 7). With `sinks` (attention sinks,
+    chapter 7) the first `sinks` positions stay visible to every query.
 
-    `causal_mask` for keys that are not simply 0 … S − 1: a ring buffer's slots, or a batch of sequences
-    of different lengths padded to one (padding gets a position no query reaches). Positions (..., T) and
+    `causal_mask` for keys that are not simply 0 … S − 1: a ring buffer's
+    slots, or a batch of sequences of different lengths padded to one
+    (padding gets a position no query reaches). Positions (..., T) and
     (..., S) give a mask (..., T, S).
     """
     validate_window(window)
@@ -41,8 +45,16 @@ def position_mask(query_positions: torch.Tensor, key_positions: torch.Tensor, wi
     s = key_positions[..., None, :]  # (..., 1, S)
     mask = s <= p  # (..., T, S)
     if window is not None:
-        mask &= s > p - window
+        mask &= (s > p - window) | (s < sinks)
     return mask
+
+
+def validate_sinks(sinks, window) -> None:
+    """Sinks are a count of first positions kept beside a window: an integer ≥ 0, and > 0 only with a window."""
+    if isinstance(sinks, bool) or not isinstance(sinks, int) or sinks < 0:
+        raise ValueError(f"sinks must be an integer ≥ 0 (the first positions every query keeps), got {sinks!r}")
+    if sinks and window is None:
+        raise ValueError(f"sinks={sinks} needs a window: without one every query sees the first positions anyway")
 
 
 def validate_window(window) -> None:
@@ -66,14 +78,16 @@ class CausalSelfAttention(nn.Module):
     """Multi-head self-attention under a causal mask, with dropout on the weights (chapter 5).
 
     Built on chapter 3's `MultiHeadAttention`; x (B, T, E) -> (B, T, E). With a `window` each position
-    sees only itself and the window − 1 before it (sliding-window attention, chapter 7).
+    sees only itself and the window − 1 before it (sliding-window attention, chapter 7), and with `sinks`
+    also the first `sinks` positions (attention sinks, chapter 7).
     """
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
-                 num_kv_heads: int | None = None, window: int | None = None):
+                 num_kv_heads: int | None = None, window: int | None = None, sinks: int = 0):
         super().__init__()
         validate_window(window)
-        self.window = window
+        validate_sinks(sinks, window)
+        self.window, self.sinks = window, sinks
         self.attention = MultiHeadAttention(embed_dim, num_heads, bias=bias, dropout=dropout,
                                             num_kv_heads=num_kv_heads)
 
@@ -110,8 +124,8 @@ class CausalSelfAttention(nn.Module):
                 return None, True
             if num_queries == 1:
                 return None, False  # one newest query may see every key given
-        mask = position_mask(query_positions, key_positions,
-                             self.window)  # (..., T, S)
+        mask = position_mask(query_positions, key_positions, self.window,
+                             self.sinks)  # (..., T, S)
         if mask.dim() > 2:
             mask = mask[:, None]  # (B, T, S) -> (B, 1, T, S): heads alike
         return mask, False

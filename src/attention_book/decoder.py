@@ -12,8 +12,9 @@ from tqdm import tqdm
 
 from .causal import CausalSelfAttention
 from .attention import validate_positive
+from .kv_cache import BlockPool, Int8KVCache, KVCache, PagedKVCache, RingKVCache
+from .latent import LatentAttention
 from .multihead import validate_dropout
-from .kv_cache import BlockPool, KVCache, PagedKVCache, RingKVCache
 
 
 @dataclass(frozen=True)
@@ -29,11 +30,16 @@ class DecoderConfig:
     num_kv_heads: int | None = None  # key/value heads; None = H (multi-head), 1 = multi-query
     window: int | None = None  # sliding window: each position sees itself and window - 1 before; None = all
     tie_head: bool = False  # the head's (V, E) weight is the token embedding's, as in GPT-2
+    sinks: int = 0  # with a window: the first `sinks` positions stay visible to all (attention sinks)
+    latent_dim: int | None = None  # multi-head latent attention: the cached latent's width; None = keys, values
+    rope_dim: int = 32  # with latent_dim: width of the rotated key shared by the heads, cached beside it
 
     def __post_init__(self):
         validate_positive(vocab_size=self.vocab_size, context_length=self.context_length,
-                          embed_dim=self.embed_dim, num_heads=self.num_heads, num_layers=self.num_layers)
-        validate_positive(allow_none=True, num_kv_heads=self.num_kv_heads, window=self.window)
+                          embed_dim=self.embed_dim, num_heads=self.num_heads, num_layers=self.num_layers,
+                          rope_dim=self.rope_dim)
+        validate_positive(allow_none=True, num_kv_heads=self.num_kv_heads, window=self.window,
+                          latent_dim=self.latent_dim)
         validate_dropout(self.dropout)
 
 
@@ -44,8 +50,16 @@ class DecoderBlock(nn.Module):
         super().__init__()
         E = config.embed_dim
         self.norm1, self.norm2 = nn.LayerNorm(E), nn.LayerNorm(E)
-        self.attention = CausalSelfAttention(E, config.num_heads, dropout=config.dropout,
-                                             num_kv_heads=config.num_kv_heads, window=config.window)
+        if config.latent_dim is None:
+            self.attention = CausalSelfAttention(E, config.num_heads, dropout=config.dropout,
+                                                 num_kv_heads=config.num_kv_heads, window=config.window,
+                                                 sinks=config.sinks)
+        else:  # multi-head latent attention: one latent and one rope key cached per position
+            if config.num_kv_heads is not None or config.dropout:
+                raise ValueError("latent_dim (multi-head latent attention) takes neither num_kv_heads nor dropout, "
+                                 f"got num_kv_heads={config.num_kv_heads}, dropout={config.dropout}")
+            self.attention = LatentAttention(E, config.num_heads, config.latent_dim, config.rope_dim,
+                                             window=config.window, sinks=config.sinks)
         self.mlp = nn.Sequential(nn.Linear(E, 4 * E), nn.GELU(approximate="tanh"), nn.Linear(4 * E, E))  # as GPT-2
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
@@ -69,35 +83,42 @@ class Decoder(nn.Module):
         if config.tie_head:
             self.head.weight = self.token_embedding.weight  # one (V, E) matrix embeds tokens and scores them
 
-    def new_caches(self) -> list[KVCache] | list[RingKVCache]:
-        """One empty cache per layer: as long as the context, or a ring of `window` positions."""
+    def new_caches(self, int8: bool = False) -> list[KVCache] | list[RingKVCache]:
+        """One empty cache per layer: as long as the context, or a ring of `window` positions (and the
+        sinks); with `int8`, full caches that store int8 keys and values."""
         if self.config.window is not None:
-            return [RingKVCache(self.config.window) for _ in self.blocks]
-        return [KVCache(self.config.context_length) for _ in self.blocks]
+            if int8:
+                raise ValueError("int8 caches are full caches: give window=None")
+            return [RingKVCache(self.config.window, self.config.sinks) for _ in self.blocks]
+        kind = Int8KVCache if int8 else KVCache
+        return [kind(self.config.context_length) for _ in self.blocks]
 
     def new_paged_caches(self, batch_size: int, num_blocks: int, block_size: int = 16) -> list[PagedKVCache]:
         """One paged cache per layer for `batch_size` sequences, each layer with a pool of `num_blocks` blocks."""
         return [PagedKVCache(BlockPool(num_blocks, block_size), batch_size) for _ in self.blocks]
 
-    def forward(self, tokens: torch.Tensor, caches: list | None = None) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, caches: list | None = None):
         """tokens (B, T) -> next-token logits (B, T, V).
 
-        With caches, `tokens` are the newest T positions, placed after those already stored: the caches
-        say at which positions (one start for the batch, or one per sequence for a paged cache).
+        With caches, `tokens` are the newest T positions, placed after those
+        already stored: the caches say at which positions (one start for the
+        batch, or one per sequence for a paged cache).
         """
         validate_tokens(tokens, self.config.vocab_size)
         if caches is not None and len(caches) != len(self.blocks):
             raise ValueError(f"caches must hold one cache per layer, {len(self.blocks)}, got {len(caches)}")
         T = tokens.shape[-1]
-        start = 0 if caches is None else len(caches[0])  # with a paged cache, the longest sequence's length
+        start = 0 if caches is None else len(caches[0])  # paged: the longest
         if start + T > self.config.context_length:
-            raise ValueError(f"positions {start}..{start + T - 1} exceed context_length={self.config.context_length} "
-                             f"(the last position is {self.config.context_length - 1})")
+            raise ValueError(
+                f"positions {start}..{start + T - 1} exceed context_length="
+                f"{self.config.context_length} (the last position is "
+                f"{self.config.context_length - 1})")
         if caches is None:
             positions = torch.arange(T, device=tokens.device)  # (T,)
-        else:
-            positions, _ = caches[0].positions(T, tokens.device)  # (T,), or (B, T) for a paged cache
-        x = self.token_embedding(tokens) + self.position_embedding(positions)  # (B, T, E)
+        else:  # (T,), or (B, T) for a paged cache
+            positions, _ = caches[0].positions(T, tokens.device)
+        x = self.token_embedding(tokens) + self.position_embedding(positions)
         for i, block in enumerate(self.blocks):
             x = block(x, None if caches is None else caches[i])
         return self.head(self.norm(x))  # (B, T, V)
@@ -192,6 +213,19 @@ def generate_paged(model: Decoder, prompts: list[torch.Tensor], max_new_tokens: 
         if step < max_new_tokens - 1:
             logits = model(chosen, caches)[:, -1]  # (B, V): one new position per sequence, each its own
     return sequences, caches
+
+
+@torch.inference_mode()
+def decode_one_by_one(model, tokens: torch.Tensor, caches: list) -> torch.Tensor:
+    """Feed `tokens` (B, T) through `caches` one position at a time; the logits of every step (B, T, V).
+
+    Works for any model called as model(tokens, caches=...), chapter 9's too (its first output is taken).
+    """
+    logits = []
+    for t in range(tokens.shape[-1]):
+        out = model(tokens[:, t:t + 1], caches=caches)
+        logits.append(out[0] if isinstance(out, tuple) else out)  # (B, 1, V)
+    return torch.cat(logits, dim=1)  # (B, T, V)
 
 
 # GPT-2's weights in this decoder (chapter 7)

@@ -5,7 +5,7 @@ import copy
 import numpy as np
 import torch
 
-from .causal import validate_window
+from .causal import validate_sinks, validate_window
 
 
 def kv_cache_bytes(layers: int, kv_heads: int, head_dim: int, length: int, bytes_per_value: int,
@@ -29,18 +29,24 @@ def _zeros_like(example, shape):
 
 
 def buffers_for(keys, values, stored_keys, stored_values, length: int):
-    """A cache's key and value buffers (..., length, d): allocated on the first append, shaped like the new
-    keys (..., n, d_k) and values (..., n, d_v) and of their kind (tensor or NumPy array), else the stored
-    ones, checked to fit them (chapter 7)."""
+    """A cache's key and value buffers (..., length, d) (chapter 7).
+
+    Allocated on the first append, shaped like the new keys (..., n, d_k)
+    and values (..., n, d_v) and of their kind (tensor or NumPy array);
+    after that the stored ones, checked to fit them.
+    """
     if keys.ndim < 2 or values.ndim < 2:
-        raise ValueError(f"keys {tuple(keys.shape)} and values {tuple(values.shape)} must be (..., n, d): at least "
-                         "2 dimensions")
+        raise ValueError(
+            f"keys {tuple(keys.shape)} and values {tuple(values.shape)} "
+            "must be (..., n, d): at least 2 dimensions")
     if keys.shape[:-1] != values.shape[:-1]:
-        raise ValueError(f"keys {tuple(keys.shape)} and values {tuple(values.shape)} must agree on every axis "
-                         "but the last")
+        raise ValueError(
+            f"keys {tuple(keys.shape)} and values {tuple(values.shape)} "
+            "must agree on every axis but the last")
     if stored_keys is None:
         lead = tuple(keys.shape[:-2])
-        return _zeros_like(keys, (*lead, length, keys.shape[-1])), _zeros_like(values, (*lead, length, values.shape[-1]))
+        return (_zeros_like(keys, (*lead, length, keys.shape[-1])),
+                _zeros_like(values, (*lead, length, values.shape[-1])))
     validate_fits(keys, stored_keys, "keys")
     validate_fits(values, stored_values, "values")
     return stored_keys, stored_values
@@ -97,19 +103,23 @@ class KVCache:
         return torch.arange(start, start + num_new, device=device), torch.arange(start + num_new, device=device)
 
     def append(self, keys, values):
-        """Store the keys (..., n, d_k) and values (..., n, d_v) of n new positions.
-
-        Returns the keys (..., S, d_k) and values (..., S, d_v) of all S positions stored so far.
+        """Store the keys (..., n, d_k) and values (..., n, d_v) of n new
+        positions. Returns the keys (..., S, d_k) and values (..., S, d_v)
+        of all S positions stored so far.
         """
-        self.keys, self.values = buffers_for(keys, values, self.keys, self.values, self.max_length)
+        self.keys, self.values = buffers_for(
+            keys, values, self.keys, self.values, self.max_length)
         n = keys.shape[-2]
         if self.length + n > self.max_length:
-            raise ValueError(f"KV cache overflow: {self.length} positions stored + {n} new > max_length="
-                             f"{self.max_length}")
-        self.keys[..., self.length:self.length + n, :] = keys
-        self.values[..., self.length:self.length + n, :] = values
+            raise ValueError(
+                f"KV cache overflow: {self.length} positions stored + {n} "
+                f"new > max_length={self.max_length}")
+        new = slice(self.length, self.length + n)
+        self.keys[..., new, :] = keys
+        self.values[..., new, :] = values
         self.length += n
-        return self.keys[..., :self.length, :], self.values[..., :self.length, :]  # (..., S, d)
+        held = slice(0, self.length)  # (..., S, d) each:
+        return self.keys[..., held, :], self.values[..., held, :]
 
     def nbytes(self) -> int:
         """Bytes held by the two buffers (the whole `max_length`, allocated up front)."""
@@ -125,16 +135,19 @@ class RingKVCache:
     A query sees itself and the window − 1 positions before it, so nothing older is ever read again and
     its slot is overwritten. Memory stays at `window` positions however long the sequence grows; `len`
     counts every position seen, which the decoder needs for the position of the next token.
+    With `sinks` (StreamingLLM's attention sinks) the first `sinks` positions keep slots of their own,
+    0 … sinks − 1, never overwritten, and position p ≥ sinks goes to slot sinks + (p − sinks) mod window.
     """
 
-    def __init__(self, window: int):
+    def __init__(self, window: int, sinks: int = 0):
         validate_window(window)
-        self.window = window
+        validate_sinks(sinks, window)
+        self.window, self.sinks = window, sinks
         self.reset()
 
     def reset(self) -> None:
         """Forget every position."""
-        self.keys = self.values = None  # (..., window, d_k), (..., window, d_v)
+        self.keys = self.values = None  # (..., sinks + window, d_k), (..., sinks + window, d_v)
         self.length = 0  # positions seen, not positions held
         self.layer = None  # the attention module that appends to it, set on its first use
 
@@ -142,50 +155,116 @@ class RingKVCache:
         return self.length
 
     def slot_positions(self, end: int, device=None) -> torch.Tensor:
-        """Which position each slot holds once positions 0 … end − 1 are written: (min(end, window),)."""
-        slots = torch.arange(min(end, self.window), device=device)  # slot index k holds the latest p ≡ k
-        return slots + (end - 1 - slots) // self.window * self.window
+        """Which position each slot holds once positions 0 … end − 1 are written: (min(end, sinks + window),)."""
+        sinks = torch.arange(min(end, self.sinks), device=device)  # the sinks' own slots
+        slots = torch.arange(min(max(end - self.sinks, 0), self.window), device=device)  # ring slot k holds the
+        ring = slots + (end - 1 - self.sinks - slots) // self.window * self.window  # latest p ≡ k, counted
+        return torch.cat([sinks, self.sinks + ring])  # from the first position after the sinks
 
     def positions(self, num_new: int, device=None) -> tuple[torch.Tensor, torch.Tensor]:
         """Positions of the next `append`'s n new queries (n,) and of the keys it returns (S,).
 
         One new position (decoding): the keys are the slots, in slot order, after it is written. Several
-        (prefill): the window − 1 latest old positions, then the new ones, in position order.
+        (prefill): the sinks and the window − 1 latest old positions, then the new ones, in position order.
         """
         start = self.length
         queries = torch.arange(start, start + num_new, device=device)  # (n,)
         if num_new == 1:
-            return queries, self.slot_positions(start + 1, device)  # (S,), S = min(len + 1, window)
-        held = min(start, self.window - 1)
-        return queries, torch.arange(start - held, start + num_new, device=device)  # (S,), S = held + n
+            return queries, self.slot_positions(start + 1, device)  # (S,), S = min(len + 1, sinks + window)
+        sinks = torch.arange(min(start, self.sinks), device=device)  # old positions: the sinks held,
+        recent = torch.arange(min(max(self.sinks, start - self.window + 1), start), start,  # the window's
+                              device=device)
+        return queries, torch.cat([sinks, recent, queries])  # (S,), S = held + n
 
     def append(self, keys: torch.Tensor, values: torch.Tensor):
         """Store the keys (..., n, d_k) and values (..., n, d_v) of n new positions; return the keys and
         values (..., S, d) at the positions `positions(n)` names."""
-        self.keys, self.values = buffers_for(keys, values, self.keys, self.values, self.window)
+        size = self.sinks + self.window
+        self.keys, self.values = buffers_for(keys, values, self.keys, self.values, size)
         n, start = keys.shape[-2], self.length
         if n > 1:  # the old positions the new queries can still see, oldest first, before any is overwritten
             old = self.slot_index(self.positions(n)[1][:-n])  # (held,)
             all_keys = torch.cat([self.keys[..., old, :], keys], dim=-2)  # (..., held + n, d_k)
             all_values = torch.cat([self.values[..., old, :], values], dim=-2)  # (..., held + n, d_v)
-        kept = torch.arange(max(start, start + n - self.window), start + n)  # the new positions that stay
+        new = torch.arange(start, start + n)
+        kept = new[(new < self.sinks) | (new >= max(self.sinks, start + n - self.window))]  # the ones that stay
         self.keys[..., self.slot_index(kept), :] = keys[..., kept - start, :]
         self.values[..., self.slot_index(kept), :] = values[..., kept - start, :]
         self.length += n
         if n > 1:
             return all_keys, all_values
-        held = min(self.length, self.window)
+        held = min(self.length, size)
         return self.keys[..., :held, :], self.values[..., :held, :]  # (..., S, d), in slot order
 
     def slot_index(self, positions: torch.Tensor) -> torch.Tensor:
-        """The slot of each position: p mod window."""
-        return (positions % self.window).to(self.keys.device)
+        """The slot of each position: p below the sinks, sinks + (p − sinks) mod window after them."""
+        ring = self.sinks + (positions - self.sinks) % self.window
+        return torch.where(positions < self.sinks, positions, ring).to(self.keys.device)
 
     def nbytes(self) -> int:
-        """Bytes held by the two buffers: `window` positions, whatever the length."""
+        """Bytes held by the two buffers: `sinks + window` positions, whatever the length."""
         if self.keys is None:
             return 0
         return self.keys.nbytes + self.values.nbytes
+
+
+class Int8KVCache(KVCache):
+    """A `KVCache` that stores keys and values as int8, one float32 scale per position and head (chapter 7).
+
+    Each new key (and value) vector x of d numbers is stored as round(x / s) with s = max|x| / 127, so
+    that it is rebuilt as s · round(x / s), within s / 2 of x in every entry; d + 4 bytes instead of 4d.
+    `append` returns float32 keys and values rebuilt from the stored ones (a real kernel rebuilds them
+    tile by tile as it reads them). Scales per position suit streaming: KIVI (Liu et al., 2024) scales
+    keys per channel instead, over groups of positions, because a few key channels carry outliers.
+    """
+
+    def reset(self) -> None:
+        """Forget every position."""
+        super().reset()
+        self.key_scales = self.value_scales = None  # (..., max_length, 1) each
+
+    def append(self, keys: torch.Tensor, values: torch.Tensor):
+        """Quantise and store n new positions' keys (..., n, d_k) and values (..., n, d_v); return every
+        stored position's keys (..., S, d_k) and values (..., S, d_v), dequantised to float32."""
+        if not keys.is_floating_point() or not values.is_floating_point():
+            raise ValueError(f"Int8KVCache quantises floating-point keys and values, got {keys.dtype} and "
+                             f"{values.dtype}")
+        n = keys.shape[-2]
+        if self.length + n > self.max_length:
+            raise ValueError(f"KV cache overflow: {self.length} positions stored + {n} new > max_length="
+                             f"{self.max_length}")
+        k8, k_scale = quantize_int8(keys)  # (..., n, d_k) int8, (..., n, 1)
+        v8, v_scale = quantize_int8(values)
+        self.keys, self.values = buffers_for(k8, v8, self.keys, self.values, self.max_length)
+        self.key_scales, self.value_scales = buffers_for(k_scale, v_scale, self.key_scales, self.value_scales,
+                                                         self.max_length)
+        new = slice(self.length, self.length + n)
+        self.keys[..., new, :], self.values[..., new, :] = k8, v8
+        self.key_scales[..., new, :], self.value_scales[..., new, :] = k_scale, v_scale
+        self.length += n
+        held = slice(0, self.length)
+        return (dequantize_int8(self.keys[..., held, :], self.key_scales[..., held, :]),
+                dequantize_int8(self.values[..., held, :], self.value_scales[..., held, :]))
+
+    def nbytes(self) -> int:
+        """Bytes of the int8 buffers and their float32 scales (the whole `max_length`)."""
+        if self.keys is None:
+            return 0
+        return sum(t.nbytes for t in (self.keys, self.values, self.key_scales, self.value_scales))
+
+
+def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x (..., d) -> int8 (..., d) and float32 scale (..., 1) with
+    x ≈ scale · int8, symmetric, one scale per vector (chapter 7)."""
+    scale = x.abs().amax(dim=-1, keepdim=True).float() / 127  # (..., 1)
+    scale = scale.clamp(min=torch.finfo(torch.float32).tiny)  # zeros stay 0
+    q = (x.float() / scale).round().clamp(-127, 127)
+    return q.to(torch.int8), scale
+
+
+def dequantize_int8(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """int8 (..., d) and scale (..., 1) -> float32 (..., d)."""
+    return q.float() * scale
 
 
 PADDING = torch.iinfo(torch.int64).max  # the position of a padding key: no query ever reaches it

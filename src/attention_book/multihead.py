@@ -181,17 +181,22 @@ class MultiHeadAttention(nn.Module):
         return module
 
 
-def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Unmasked attention of H query heads over H_kv shared key/value heads, without copying them (chapter 7).
+def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+    """Unmasked attention of H query heads over H_kv shared key/value heads,
+    without copying them (chapter 7).
 
-    The group of query heads that share a key/value head is stacked as if its heads were more positions:
-    (..., H, T, d) -> (..., H_kv, group · T, d). Exact only when every query sees every key, as in a
-    decode step; with a mask the keys and values are repeated instead (`MultiHeadAttention.forward`).
+    The group of query heads that share a key/value head is stacked as if
+    its heads were more positions: (..., H, T, d) -> (..., H_kv, group·T, d).
+    Exact only when every query sees every key, as in a decode step; with a
+    mask the keys and values are repeated instead (`MultiHeadAttention`).
     """
     kv_heads, group = k.shape[-3], q.shape[-3] // k.shape[-3]
-    stacked = q.unflatten(-3, (kv_heads, group)).flatten(-3, -2)  # (..., H_kv, group, T, d) -> (..., H_kv, group·T, d)
-    context = F.scaled_dot_product_attention(stacked, k, v)  # (..., H_kv, group·T, d_v)
-    return context.unflatten(-2, (group, q.shape[-2])).flatten(-4, -3)  # (..., H_kv, group, T, d_v) -> (..., H, T, d_v)
+    # (..., H, T, d) -> (..., H_kv, group, T, d) -> (..., H_kv, group·T, d)
+    stacked = q.unflatten(-3, (kv_heads, group)).flatten(-3, -2)
+    context = F.scaled_dot_product_attention(stacked, k, v)
+    # (..., H_kv, group·T, d_v) -> (..., H_kv, group, T, d_v)
+    #                           -> (..., H, T, d_v)
+    return context.unflatten(-2, (group, q.shape[-2])).flatten(-4, -3)
 
 
 def validate_dropout(dropout) -> None:
