@@ -105,8 +105,7 @@ class Decoder(nn.Module):
         batch, or one per sequence for a paged cache).
         """
         validate_tokens(tokens, self.config.vocab_size)
-        if caches is not None and len(caches) != len(self.blocks):
-            raise ValueError(f"caches must hold one cache per layer, {len(self.blocks)}, got {len(caches)}")
+        validate_caches(caches, len(self.blocks))
         T = tokens.shape[-1]
         start = 0 if caches is None else len(caches[0])  # paged: the longest
         if start + T > self.config.context_length:
@@ -354,6 +353,12 @@ def validate_tokens(tokens, vocab_size: int, name: str = "tokens") -> None:
         if low < 0 or high >= vocab_size:
             raise ValueError(f"{name} must be ids from 0 to vocab_size - 1 = {vocab_size - 1}, got values from "
                              f"{low} to {high}")
+
+
+def validate_caches(caches, num_layers: int) -> None:
+    """None, or one cache per layer."""
+    if caches is not None and len(caches) != num_layers:
+        raise ValueError(f"caches must hold one cache per layer, {num_layers}, got {len(caches)}")
 
 
 def validate_temperature(temperature) -> None:
