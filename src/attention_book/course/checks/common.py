@@ -23,16 +23,6 @@ class Check:
     forbidden: tuple[str, ...] = ()
 
 
-@dataclass
-class Result:
-    exercise: str
-    passed: bool
-    message: str
-
-    def __str__(self) -> str:
-        return f"{'✓' if self.passed else '✗'} {self.exercise}: {self.message}"
-
-
 class StudentRaised(Exception):
     """The student's function raised `name: message` (in the kernel or in the sandbox)."""
 
