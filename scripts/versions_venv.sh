@@ -25,8 +25,9 @@ start=$(date +%s)
 "$interpreter" -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip
 grep -v -E '^(#|python=|$)' "$set_file" > "$venv/pins.txt"
-# The set's pins, the package with its TensorFlow extra, and what nbval needs to run a notebook.
-"$venv/bin/python" -m pip install -q -r "$venv/pins.txt" -e ".[tf]" "nbval==0.11.0" pytest ipykernel pyyaml \
+# The set's pins, the package with its TensorFlow extra, and what nbval needs to run a notebook; ipywidgets
+# as Colab has it (without it tqdm.auto warns on stderr in a kernel).
+"$venv/bin/python" -m pip install -q -r "$venv/pins.txt" -e ".[tf]" "nbval==0.11.0" pytest ipykernel ipywidgets pyyaml \
   2> >(grep -v -E "^WARNING: Location .* is ignored" >&2)
 "$venv/bin/python" -m pip check
 "$venv/bin/python" -m pip freeze --exclude-editable > "$venv/freeze.txt"
