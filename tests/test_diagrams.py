@@ -1,4 +1,5 @@
-"""The book's drawn diagrams are what diagrams/draw.py draws: committed SVGs regenerate byte for byte."""
+"""The book's drawn diagrams are what diagrams/draw.py draws (each chapter's from diagrams/chNN.py, on the shared
+diagrams/primitives.py): committed SVGs regenerate byte for byte."""
 
 import subprocess
 import sys
@@ -29,17 +30,14 @@ def test_every_diagram_is_used_with_alt_text():
         assert all(len(alt.split()) >= 15 for alt in uses), f"{path.name}: alt text too short"
 
 
-def test_tile_schedule_draws_what_the_causal_mask_allows():
+def test_tile_schedule_draws_what_the_causal_mask_allows(monkeypatch):
     """Chapter 8's diagram classifies a tile as the loops of `tiled_attention` treat it: skipped where the
     causal mask blocks every score of the tile, masked where it blocks some, full where it blocks none; the
     backward's column walk starts at the first query block that sees the key block."""
-    import importlib.util
-
     from attention_book.causal import causal_mask
 
-    spec = importlib.util.spec_from_file_location("draw", ROOT / "diagrams" / "draw.py")
-    draw = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(draw)
+    monkeypatch.syspath_prepend(str(ROOT / "diagrams"))  # chapter 8's drawings, as draw.py imports them
+    import ch08 as draw
     for T, S, block_q, block_k in [(8, 8, 2, 2), (4, 8, 2, 2), (12, 16, 3, 4), (6, 6, 2, 3)]:
         allowed = causal_mask(T, S)  # (T, S), True = may attend
         for i0 in range(0, T, block_q):

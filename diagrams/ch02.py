@@ -1,0 +1,48 @@
+"""Chapter 2's diagrams (scaled_dot_product_attention.svg), drawn by diagrams/draw.py."""
+
+from primitives import FONT, MUTED, SMALL, arrow, box, new_figure, save, text
+
+
+def scaled_dot_product_attention(png_dir=None):
+    """Chapter 2: X -> Q, K, V -> scores -> / sqrt(d_k) -> (+ mask) -> softmax -> weights @ V, every shape named."""
+    fig, ax = new_figure(8.8, 7.65)
+    th = 0.62  # the height of a two-line tensor box
+    x_q, x_k, x_v = 1.55, 4.4, 7.25
+
+    text(ax, 0.25, 7.35, "Scaled dot-product attention with chapter 2's sizes", size=FONT, ha="left",
+         weight="bold")
+    text(ax, 0.25, 6.92, "T = 6 queries, S = 6 keys (S = T in self-attention), d_in = 16, d_k = 24, d_v = 28\n"
+         "Weights as in SelfAttention, (d_in, d_out), applied as X @ W (the chapter's first half stores Wᵀ)",
+         size=SMALL, ha="left", color=MUTED, linespacing=1.4)
+
+    y_x, y_w, y_qkv = 6.15, 5.2, 4.15
+    box(ax, x_k, y_x, 3.0, 0.44, "X   (T, d_in) = (6, 16)")
+    for x, name, shape, letter, rows, style in (
+            (x_q, "W_query", "(d_in, d_k) = (16, 24)", "Q", "(T, d_k) = (6, 24)", "query"),
+            (x_k, "W_key", "(d_in, d_k) = (16, 24)", "K", "(S, d_k) = (6, 24)", "key"),
+            (x_v, "W_value", "(d_in, d_v) = (16, 28)", "V", "(S, d_v) = (6, 28)", "key")):
+        box(ax, x, y_w, 2.45, th, style="layer", rounded=False)
+        text(ax, x, y_w + 0.13, name, size=SMALL, weight="bold")
+        text(ax, x, y_w - 0.13, shape, size=SMALL)
+        arrow(ax, (x_k + (x - x_k) * 0.45, y_x - 0.22), (x, y_w + th / 2))
+        arrow(ax, (x, y_w - th / 2), (x, y_qkv + th / 2))
+        box(ax, x, y_qkv, 2.45, th, f"{letter} = X {name}\n{rows}", style=style, size=SMALL)
+
+    # The scores, scaled, masked and normalised, in a column between Q and K.
+    x_s, y_s, y_scaled, y_wt = 2.95, 2.95, 1.9, 0.75
+    arrow(ax, (x_q, y_qkv - th / 2), (x_s - 0.5, y_s + th / 2))
+    arrow(ax, (x_k, y_qkv - th / 2), (x_s + 0.5, y_s + th / 2))
+    box(ax, x_s, y_s, 2.3, th, "scores = Q Kᵀ\n(T, S) = (6, 6)", size=SMALL)
+    arrow(ax, (x_s, y_s - th / 2), (x_s, y_scaled + th / 2), label="÷ √d_k = √24 ≈ 4.9")
+    box(ax, x_s, y_scaled, 2.3, th, "scores / √d_k\n(T, S) = (6, 6)", size=SMALL)
+    box(ax, 0.72, y_scaled, 1.1, th, "mask (T, S)\noptional", style="empty", size=SMALL)
+    arrow(ax, (0.72 + 0.55, y_scaled), (x_s - 1.15, y_scaled), label="+", side="above", offset=0.03)
+    text(ax, 0.72, y_scaled - 0.5, "0 or −∞", size=SMALL, color=MUTED)
+    arrow(ax, (x_s, y_scaled - th / 2), (x_s, y_wt + th / 2), label="softmax over keys\n(dim = −1)")
+    box(ax, x_s, y_wt, 2.3, th, "weights  (T, S) = (6, 6)\neach row sums to 1", size=SMALL)
+
+    # The output: weights @ V, with V coming down the right-hand side.
+    arrow(ax, (x_v, y_qkv - th / 2), (x_v, y_wt + th / 2))
+    arrow(ax, (x_s + 1.15, y_wt), (x_v - 1.1, y_wt), label="weights @ V", side="above", offset=0.05)
+    box(ax, x_v, y_wt, 2.2, th, "output Z\n(T, d_v) = (6, 28)", size=SMALL)
+    save(fig, "scaled_dot_product_attention", png_dir)

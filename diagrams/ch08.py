@@ -1,0 +1,112 @@
+"""Chapter 8's diagrams (tile_schedule.svg), drawn by diagrams/draw.py."""
+
+from matplotlib import patheffects
+from matplotlib.patches import FancyArrowPatch, Rectangle
+
+from primitives import DIAGONAL, FONT, INK, MUTED, SMALL, cell_grid, new_figure, save, text
+
+
+FULL, MASKED, SKIPPED = "full", "masked", "skipped"
+
+
+def tile_kind(i0: int, j0: int, block_q: int, block_k: int, offset: int) -> str:
+    """What `tiled_attention` does with the tile of query rows i0 … and key columns j0 …, as in its loop.
+
+    Query i sits at position offset + i (offset = S − T). Key blocks from offset + i0 + block_q on are never
+    visited; a visited block whose last key lies past the block's first query position crosses the diagonal.
+    """
+    if j0 >= offset + i0 + block_q:
+        return SKIPPED
+    return MASKED if j0 + block_k - 1 > offset + i0 else FULL
+
+
+def _draw_tile(ax, x, y_top, kind, c, block_q, block_k, allowed):
+    """One tile of block_q x block_k elements (size c); `allowed(a, b)` says whether element (a, b) may attend."""
+    def style(a, b):
+        if kind == SKIPPED:
+            return "blocked"
+        if kind == FULL:
+            return "query_strong"
+        return "query" if allowed(a, b) else "masked_out"
+
+    cell_grid(ax, x, y_top, block_q, block_k, c, style, linewidth=0.5)
+    ax.add_patch(Rectangle((x, y_top - block_q * c), block_k * c, block_q * c, fill=False, edgecolor=INK,
+                           linewidth=1.5))
+
+
+def _walk_arrow(ax, x_from, x_to, y):
+    """A query block's loop over its key blocks: a dark arrow with a white halo, readable over the tiles."""
+    halo = [patheffects.withStroke(linewidth=4, foreground="white")]
+    ax.add_patch(FancyArrowPatch((x_from, y), (x_to, y), arrowstyle="-|>,head_length=7,head_width=4",
+                                 mutation_scale=1, color=INK, linewidth=1.6, shrinkA=0, shrinkB=0,
+                                 path_effects=halo))
+
+
+def _walk_arrow_down(ax, x, y_from, y_to):
+    """A key block's loop over the query blocks that see it (the backward pass), top to bottom."""
+    halo = [patheffects.withStroke(linewidth=4, foreground="white")]
+    ax.add_patch(FancyArrowPatch((x, y_from), (x, y_to), arrowstyle="-|>,head_length=7,head_width=4",
+                                 mutation_scale=1, color=INK, linewidth=1.6, shrinkA=0, shrinkB=0,
+                                 path_effects=halo))
+
+
+def _tile_panel(ax, x0, y_top, T, S, block, c, title, subtitle, row_note=None, walk="rows"):
+    """The tiles of causal tiled attention for T queries and S keys in blocks of `block` positions; the
+    arrows walk the rows (the forward: query blocks outer) or the columns (the backward: key blocks outer)."""
+    offset = S - T
+    tile = block * c
+    for qb in range(T // block):
+        last = x0
+        for kb in range(S // block):
+            kind = tile_kind(qb * block, kb * block, block, block, offset)
+            _draw_tile(ax, x0 + kb * tile, y_top - qb * tile, kind, c, block, block,
+                       lambda a, b, qb=qb, kb=kb: kb * block + b <= offset + qb * block + a)
+            if kind != SKIPPED:
+                last = x0 + (kb + 1) * tile
+        if walk == "rows":
+            _walk_arrow(ax, x0 + 0.08, last - 0.1, y_top - (qb + 0.75) * tile)  # along the tiles' lower row
+        label = str(qb) if row_note is None else f"{qb}  {row_note(qb)}"
+        text(ax, x0 - 0.12, y_top - (qb + 0.5) * tile, label, size=SMALL, color=MUTED, ha="right")
+    for kb in range(S // block):
+        text(ax, x0 + (kb + 0.5) * tile, y_top + 0.2, str(kb), size=SMALL, color=MUTED)
+        if walk == "columns":  # from the first query block that sees key block kb down to the last
+            first = max(0, kb * block - offset) // block
+            _walk_arrow_down(ax, x0 + (kb + 0.75) * tile, y_top - first * tile - 0.08, y_top - T * c + 0.1)
+    text(ax, x0 - 0.12, y_top + 0.2, "query block", size=SMALL, color=MUTED, ha="right")
+    text(ax, x0 + S * c / 2, y_top + 0.48, "key block", size=SMALL, color=MUTED)
+    text(ax, x0 + S * c / 2, y_top + 1.05, title, size=FONT, weight="bold")
+    text(ax, x0 + S * c / 2, y_top + 0.77, subtitle, size=SMALL, color=MUTED)
+    # The diagonal, key j = S − T + i, through the centres of the last allowed elements.
+    ax.plot([x0 + offset * c, x0 + (offset + T) * c], [y_top, y_top - T * c], color=DIAGONAL, linewidth=1.6,
+            linestyle=(0, (4, 2)), solid_capstyle="butt")
+
+
+def tile_schedule(png_dir=None):
+    """Chapter 8: tiles of tiled attention under a causal mask, for T = S and for T < S (bottom-right)."""
+    fig, ax = new_figure(13.0, 6.3)
+    block, c, top = 2, 0.3, 4.9
+    _tile_panel(ax, 1.25, top, 8, 8, block, c, "(a) causal, T = S = 8", "block_q = block_k = 2 positions")
+    _tile_panel(ax, 6.0, top, 4, 8, block, c, "(b) causal, T = 4 < S = 8", "queries are positions 4 … 7",
+                row_note=lambda qb: f"(positions {4 + 2 * qb}–{5 + 2 * qb})")
+    text(ax, 6.0 + 1.2, top - 1.2 - 0.35, "the diagonal starts S − T = 4 keys", size=SMALL)
+    text(ax, 6.0 + 1.2, top - 1.2 - 0.62, "(2 key blocks) to the right:", size=SMALL)
+    text(ax, 6.0 + 1.2, top - 1.2 - 0.89, "bottom-right alignment, as in chapter 5", size=SMALL)
+    _tile_panel(ax, 10.1, top, 8, 8, block, c, "(c) the backward, T = S = 8", "key blocks outer (FlashAttention-2)",
+                walk="columns")
+
+    # Legend: one tile of each kind, the diagonal and the walk.
+    y1, y2, y3 = 1.75, 1.1, 0.45
+    for x, kind, label in ((0.3, FULL, "full: no mask"), (2.55, MASKED, "masked: crosses the diagonal"),
+                           (5.95, SKIPPED, "skipped: never computed")):
+        _draw_tile(ax, x, y1 + c, kind, c, 2, 2, lambda a, b: b <= a)
+        text(ax, x + 2 * c + 0.12, y1, label, size=SMALL, ha="left")
+    ax.plot([0.3, 0.9], [y2, y2], color=DIAGONAL, linewidth=1.6, linestyle=(0, (4, 2)))
+    text(ax, 1.02, y2, "the diagonal: key j = S − T + i (masked tiles set the scores right of it to −∞)",
+         size=SMALL, ha="left")
+    _walk_arrow(ax, 0.3, 0.9, y3)
+    text(ax, 1.02, y3, "(a), (b), the forward: each query block walks its key blocks left to right, keeping a running "
+         "max m, running sum l and output acc;\nit stops after the last tile that touches the diagonal and writes "
+         "acc / l and the log-sum-exp m + log l once. (c), the backward: each key block walks down\nthe query "
+         "blocks that see it, from the diagonal, recomputing P from the log-sum-exp and summing dK and dV in place; "
+         "dQ is added to per tile.", size=SMALL, ha="left", linespacing=1.4)
+    save(fig, "tile_schedule", png_dir)
