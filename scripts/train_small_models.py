@@ -5,8 +5,9 @@ evaluation batch. The weights go to src/attention_book/data/trained_lookback.pt 
 (plain state_dicts, loaded with weights_only=True); the settings, loss curves, accuracies and the machine
 go to src/attention_book/data/trained_small.json, which the chapters read.
 Run from the repository root:  .venv/bin/python scripts/train_small_models.py
-(126 s and 314 s for the two, niced, on the shared 2-core build machine at a load average of 17;
-trained_small.json records the seconds of the run that made the stored weights.)
+(About 3 s each, 8 s for the whole script, on a quiet 2-core machine, where a rerun reproduced the stored
+weights bit for bit. The stored run itself took 126 s and 314 s on that machine shared at a load average of
+17: trained_small.json records the seconds of the run that made the stored weights.)
 """
 
 import json
