@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from attention_book import grader
 from attention_book.course import checks, notebooks as assignments
 from attention_book.positions import apply_rope, sinusoidal_shift
 from conftest import NOTEBOOKS
@@ -41,17 +40,17 @@ def test_every_chapter_has_three_graded_exercises():
         sources = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown"]
         assert sum("{exercise}" in s for s in sources) >= 3, path.name
         assert len(solution_cells(path)) >= 3, path.name
-    assert {name for _, _, _, name, _ in GRADED} == set(grader.CHECKS), "every check is used by a chapter"
+    assert {name for _, _, _, name, _ in GRADED} == set(checks.CHECKS), "every check is used by a chapter"
 
 
 @pytest.mark.parametrize(("chapter", "label", "solution", "name", "function"), GRADED, ids=lambda v: str(v)[:30])
 def test_reference_solution_passes(chapter, label, solution, name, function, capsys):
-    result = grader.evaluate(name, define(solution, function))
+    result = checks.evaluate(name, define(solution, function))
     assert result.passed, result.message
     function = define(solution, function)
     capsys.readouterr()  # what the solution cell itself prints
-    grader.check(name, function)
-    assert capsys.readouterr().out == f"✓ {name}: passed on {grader.CASES} random cases\n"
+    checks.check(name, function)
+    assert capsys.readouterr().out == f"✓ {name}: passed on {checks.CASES} random cases\n"
 
 
 @pytest.mark.parametrize(("chapter", "label", "solution", "name", "function"), GRADED, ids=lambda v: str(v)[:30])
@@ -59,7 +58,7 @@ def test_student_stub_fails_with_its_hint(chapter, label, solution, name, functi
     stub = assignments.stub(solution)
     assert "NotImplementedError" in stub
     hint = assignments.HINT.search(solution).group(1)
-    result = grader.evaluate(name, define(stub, function))
+    result = checks.evaluate(name, define(stub, function))
     assert not result.passed
     assert result.message == f"not implemented yet. Hint: {hint}"
 
@@ -130,10 +129,10 @@ WRONG = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(grader.CHECKS))
+@pytest.mark.parametrize("name", sorted(checks.CHECKS))
 def test_wrong_solution_gets_specific_feedback(name):
     wrong, message = WRONG[name]
-    result = grader.evaluate(name, wrong)
+    result = checks.evaluate(name, wrong)
     assert not result.passed
     assert re.search(message, result.message), result.message
 
@@ -145,18 +144,18 @@ def test_causal_mask_feedback_names_the_positions():
             mask[2, 4] = True
         return mask
 
-    assert grader.evaluate("ch5.causal_mask", future_leak).message == \
+    assert checks.evaluate("ch5.causal_mask", future_leak).message == \
         "your causal mask lets position 2 see position 4, which comes after it"
     assert "stops position 0 from seeing position 0 (itself)" in \
-        grader.evaluate("ch5.causal_mask", lambda T: torch.ones(T, T, dtype=torch.bool).tril(-1)).message
+        checks.evaluate("ch5.causal_mask", lambda T: torch.ones(T, T, dtype=torch.bool).tril(-1)).message
 
 
 def test_a_crashing_solution_is_feedback_not_a_crash():
-    result = grader.evaluate("ch4.padding_mask", lambda lengths, S: lengths.foo)
+    result = checks.evaluate("ch4.padding_mask", lambda lengths, S: lengths.foo)
     assert not result.passed and result.message.startswith("your function raised AttributeError")
-    unreadable = grader.evaluate("ch4.padding_mask", lambda lengths, S: "a string")
+    unreadable = checks.evaluate("ch4.padding_mask", lambda lengths, S: "a string")
     assert not unreadable.passed and unreadable.message.startswith("the mask should have shape")
-    unusable = grader.evaluate("ch2.attention", lambda q, k, v: [[0.0] * v.shape[1]] * q.shape[0])
+    unusable = checks.evaluate("ch2.attention", lambda q, k, v: [[0.0] * v.shape[1]] * q.shape[0])
     assert unusable.message.startswith("the context vectors should have shape")
 
 
@@ -172,7 +171,7 @@ def test_grading_seeds_draw_other_inputs_than_the_notebook():
         def spy(lengths, S, seed=seed):
             seen.setdefault(seed, []).append((lengths.tolist(), S))
             return torch.arange(S) < lengths[:, None]
-        assert grader.evaluate("ch4.padding_mask", spy, seed=seed).passed
+        assert checks.evaluate("ch4.padding_mask", spy, seed=seed).passed
     assert seen[0] != seen[1]
 
 
@@ -280,7 +279,7 @@ def test_without_the_checks_instant_feedback_still_works(student_install, chapte
     reference = define(solution, function)
     capsys.readouterr()
     check(name, reference)
-    assert capsys.readouterr().out == f"✓ {name}: passed on {grader.CASES} random cases\n"
+    assert capsys.readouterr().out == f"✓ {name}: passed on {checks.CASES} random cases\n"
     stub = student_install.evaluate(name, define(assignments.stub(solution), function))
     assert not stub.passed and stub.message.startswith("not implemented yet. Hint:")
     if name in TYPE_ONLY:

@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from attention_book import grader
+from attention_book.course import checks
 
 
 def reference_decode_step(q, k_new, v_new, k_cache, v_cache):
@@ -18,10 +18,10 @@ def reference_ring_slots(length, window):
 
 
 def test_ring_slots_feedback():
-    assert grader.evaluate("ch7.ring_slots", reference_ring_slots).passed
-    too_many = grader.evaluate("ch7.ring_slots", lambda length, window: torch.arange(length)).message
+    assert checks.evaluate("ch7.ring_slots", reference_ring_slots).passed
+    too_many = checks.evaluate("ch7.ring_slots", lambda length, window: torch.arange(length)).message
     assert "holds min(length, window)" in too_many, too_many
-    off_by_one = grader.evaluate("ch7.ring_slots", lambda length, window: reference_ring_slots(length, window) + 1)
+    off_by_one = checks.evaluate("ch7.ring_slots", lambda length, window: reference_ring_slots(length, window) + 1)
     assert "slot 0 should hold position" in off_by_one.message, off_by_one.message
 
 
@@ -31,7 +31,7 @@ def reference_cache_size(layers, kv_heads, head_dim, length, bytes_per_value, ba
 
 
 def test_cache_size_feedback():
-    assert grader.evaluate("ch7.cache_size", reference_cache_size).passed
+    assert checks.evaluate("ch7.cache_size", reference_cache_size).passed
 
     def no_window(layers, kv_heads, head_dim, length, bytes_per_value, batch=1, window=None):
         return reference_cache_size(layers, kv_heads, head_dim, length, bytes_per_value, batch)
@@ -42,14 +42,14 @@ def test_cache_size_feedback():
     def whole_window(layers, kv_heads, head_dim, length, bytes_per_value, batch=1, window=None):
         return reference_cache_size(layers, kv_heads, head_dim, window or length, bytes_per_value, batch)
 
-    assert "use min(length, window)" in grader.evaluate("ch7.cache_size", no_window).message
-    assert "one sequence's cache" in grader.evaluate("ch7.cache_size", no_batch).message
-    message = grader.evaluate("ch7.cache_size", whole_window).message
+    assert "use min(length, window)" in checks.evaluate("ch7.cache_size", no_window).message
+    assert "one sequence's cache" in checks.evaluate("ch7.cache_size", no_batch).message
+    message = checks.evaluate("ch7.cache_size", whole_window).message
     assert "holds only the" in message and "positions seen" in message, message
 
 
 def test_decode_step_feedback():
-    assert grader.evaluate("ch7.decode_step", reference_decode_step).passed
+    assert checks.evaluate("ch7.decode_step", reference_decode_step).passed
 
     def unscaled(q, k_new, v_new, k_cache, v_cache):
         keys, values = torch.cat([k_cache, k_new], dim=-2), torch.cat([v_cache, v_new], dim=-2)
@@ -63,7 +63,7 @@ def test_decode_step_feedback():
         _, keys, values = reference_decode_step(q, k_new, v_new, k_cache, v_cache)
         return torch.softmax(q @ k_cache.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ v_cache, keys, values
 
-    assert "not scaled" in grader.evaluate("ch7.decode_step", unscaled).message
-    assert "went in front" in grader.evaluate("ch7.decode_step", in_front).message
-    assert "ignores the new position" in grader.evaluate("ch7.decode_step", old_positions_only).message
-    assert "return three things" in grader.evaluate("ch7.decode_step", lambda *a: a[0]).message
+    assert "not scaled" in checks.evaluate("ch7.decode_step", unscaled).message
+    assert "went in front" in checks.evaluate("ch7.decode_step", in_front).message
+    assert "ignores the new position" in checks.evaluate("ch7.decode_step", old_positions_only).message
+    assert "return three things" in checks.evaluate("ch7.decode_step", lambda *a: a[0]).message
