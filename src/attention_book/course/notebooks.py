@@ -1,5 +1,5 @@
 """Student notebooks from the chapters: solutions stubbed, written solutions removed, outputs cleared
-(course tooling; run by `python -m attention_book.assignments student`).
+(course tooling; run by `python -m attention_book.course student`).
 
 In a chapter, a graded exercise's solution is a code cell between two markdown cells holding the
 sphinx-exercise gates `{solution-start} label` and `{solution-end}`; its first line is `# Hint: ...`.
