@@ -58,8 +58,9 @@ def online_attention_states(scores: torch.Tensor, values: torch.Tensor,
     acc = Σ exp(score − m) · value over the keys read so far.
 
     scores (S,), values (S, d_v). After the last tile acc / l equals
-    softmax(scores) · values: each tile rescales what came before by
-    exp(m_old − m_new), as `online_softmax` rescales its sum.
+    softmax(scores) · values: each tile's partial result is merged into
+    what came before with `merge_partials`, as split-KV decoding merges its
+    chunks.
     """
     validate_block_size(block_size, "block_size")
     m = torch.tensor(float("-inf"), dtype=scores.dtype)  # ()
@@ -67,13 +68,10 @@ def online_attention_states(scores: torch.Tensor, values: torch.Tensor,
     acc = values.new_zeros(values.shape[-1])  # (d_v,)
     for start in range(0, scores.shape[-1], block_size):
         stop = min(start + block_size, scores.shape[-1])
-        m_new = torch.maximum(m, scores[start:stop].max())
-        shift = finite_or_zero(m_new)
-        p = torch.exp(scores[start:stop] - shift)  # (b,)
-        rescale = torch.exp(m - shift)
-        l = l * rescale + p.sum()
-        acc = acc * rescale + p @ values[start:stop]  # (d_v,)
-        m = m_new
+        m_tile = scores[start:stop].max()  # ()
+        p = torch.exp(scores[start:stop] - finite_or_zero(m_tile))  # (b,)
+        m, l, acc = merge_partials(m, l, acc, m_tile, p.sum(),
+                                   p @ values[start:stop])  # (d_v,)
         yield start, stop, m, l, acc
 
 
