@@ -71,12 +71,21 @@ WRONG = {
     "ch4.padded_attention": (lambda q, k, v, lengths: torch.softmax(q @ k.transpose(1, 2) / q.shape[-1] ** 0.5, -1) @ v,
                              r"the padding is attended: with lengths \[.*\], keys at or beyond a length"),
     # chapters 1-4's exercises (issue 29)
-    "ch1.mix": (lambda x, temperature: torch.softmax(x @ x.T, dim=-1) @ x,
-                r"the scores are not divided by the temperature"),
-    "ch1.running_mean": (lambda x: torch.ones(len(x), len(x)).tril() @ x, r"those are running sums: divide row t"),
-    "ch2.saturation": (lambda q, k: ((k @ q[:, :, None]).squeeze(-1).var(),
-                                     torch.softmax((k @ q[:, :, None]).squeeze(-1), -1).max(-1).values.mean()),
-                       r"that is the variance of the unscaled scores: divide them by √d_k"),
+    "ch1.stable_softmax": (lambda s: torch.exp(s) / torch.exp(s).sum(-1, keepdim=True),
+                           r"row \d+ has NaN: its scores reach \d+, exp overflows float32"),
+    "ch1.embedding_grad": (lambda ids, grad_out, V: torch.zeros(V, grad_out.shape[1]).index_put((ids,), grad_out),
+                           r"token \d+ occurs at positions .*: its row must be the sum of their gradients"),
+    "ch2.jacobian": (lambda s: torch.outer(torch.softmax(s, -1), torch.softmax(s, -1)) - torch.diag(torch.softmax(s, -1)),
+                     r"the sign is flipped"),
+    "ch2.score_variance": (lambda W_q, W_k: W_q.square().sum() * W_k.square().sum() / W_q.shape[1] ** 2,
+                           r"that is σ_q²σ_k², exact only when the components"),
+    "ch2.linear_port": (lambda W_q, W_k, W_v: {"q_proj.weight": W_q, "k_proj.weight": W_k, "v_proj.weight": W_v},
+                        r"q_proj.weight should have nn.Linear's shape \(d_out, d_in\)"),
+    "ch3.ablate_heads": (lambda w, keep: w * keep.repeat(w.shape[1] // keep.shape[0]).float(),
+                         r"head h's columns are contiguous.*repeat_interleave, not repeat"),
+    "ch3.mqa": (lambda q, k, v: torch.softmax(q @ k.repeat(1, q.shape[1] // k.shape[1], 1, 1).transpose(-2, -1)
+                                              / q.shape[-1] ** 0.5, -1) @ v.repeat(1, q.shape[1] // k.shape[1], 1, 1),
+                r"consecutive query heads share one, so repeat_interleave, not repeat"),
     "ch2.additive": (lambda q, k, W_1, W_2, v_a: ((q @ W_1)[:, None] + (k @ W_2)[None]) @ v_a,
                      r"the tanh is missing"),
     "ch3.mha_forward": (lambda x, in_w, in_b, out_w, out_b, H: torch.softmax(
@@ -101,9 +110,6 @@ WRONG = {
                                                        @ v[i:i + block] for i in range(0, len(k), block))
                             / len(range(0, len(k), block)),
                             r"you averaged the blocks' outputs"),
-    "ch2.attention": (lambda q, k, v: torch.softmax(q @ k.T, dim=-1) @ v, r"the scores are not scaled"),
-    "ch3.split_heads": (lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1),
-                        r"head 1 of position 0 should hold columns .*reshape to \(B, T, H, E/H\) first"),
     "ch4.padding_mask": (lambda lengths, S: torch.arange(S) <= lengths[:, None],
                          r"sequence \d+ has length \d+: your mask lets queries see padded position \d+"),
     "ch5.causal_mask": (lambda T: torch.ones(T, T, dtype=torch.bool).tril(1),
@@ -155,8 +161,8 @@ def test_a_crashing_solution_is_feedback_not_a_crash():
     assert not result.passed and result.message.startswith("your function raised AttributeError")
     unreadable = checks.evaluate("ch4.padding_mask", lambda lengths, S: "a string")
     assert not unreadable.passed and unreadable.message.startswith("the mask should have shape")
-    unusable = checks.evaluate("ch2.attention", lambda q, k, v: [[0.0] * v.shape[1]] * q.shape[0])
-    assert unusable.message.startswith("the context vectors should have shape")
+    unusable = checks.evaluate("ch2.jacobian", lambda s: [[0.0] * len(s)] * len(s))
+    assert unusable.message.startswith("the Jacobian for S=")
 
 
 def test_every_check_names_the_function_its_chapter_defines():

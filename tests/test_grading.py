@@ -276,17 +276,16 @@ def test_a_submission_can_write_only_its_scratch_folder(tmp_path):
 # Issue 33: every exercise's own reference, called instead of written, scores nothing.
 CALLS_THE_REFERENCE = {
     "ch1.embed": "import torch.nn.functional as F\n\n\ndef embed_by_hand(ids, table):\n    return F.embedding(ids, table)\n",
-    "ch2.attention": "import torch.nn.functional as F\n\n\ndef attention_by_hand(q, k, v):\n"
-                     "    return F.scaled_dot_product_attention(q[None], k[None], v[None])[0]\n",
-    "ch3.split_heads": "from types import SimpleNamespace\n\nfrom attention_book.multihead import MultiHeadAttention\n\n\n"
-                       "def split_heads_by_hand(x, H):\n    layer = SimpleNamespace(num_heads=H, head_dim=x.shape[-1] // H)\n"
-                       "    return MultiHeadAttention.split_heads(layer, x)\n",
     "ch3.mask_to_sdpa": "from attention_book import mask_from_torch\n\n\ndef mask_to_sdpa(attn_mask, key_padding_mask):\n"
                         "    return mask_from_torch(attn_mask, key_padding_mask) == 0\n",
-    "ch1.mix": "import torch.nn.functional as F\n\n\ndef mix_by_hand(x, temperature):\n"
-               "    return F.scaled_dot_product_attention(x[None], x[None], x[None], scale=1 / temperature)[0]\n",
-    "ch1.running_mean": "import torch\n\n\ndef running_mean_by_hand(x):\n"
-                        "    return x.cumsum(0) / torch.arange(1, x.shape[0] + 1)[:, None]\n",
+    "ch1.stable_softmax": "import torch\n\n\ndef stable_softmax_by_hand(s):\n    return torch.softmax(s, dim=-1)\n",
+    "ch1.embedding_grad": "import torch\n\n\ndef embedding_grad_by_hand(ids, grad_out, V):\n"
+                          "    table = torch.zeros(V, grad_out.shape[1], requires_grad=True)\n"
+                          "    (table[ids] * grad_out).sum().backward()\n    return table.grad\n",
+    "ch2.jacobian": "import torch\n\n\ndef softmax_jacobian_by_hand(s):\n"
+                    "    return torch.autograd.functional.jacobian(lambda x: torch.softmax(x, -1), s)\n",
+    "ch3.mqa": "import torch.nn.functional as F\n\n\ndef grouped_attention_by_hand(q, k, v):\n"
+               "    return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)\n",
     "ch2.additive": "import keras\nimport torch\n\n\ndef additive_scores_by_hand(q, k, W_1, W_2, v_a):\n"
                     "    layer = keras.layers.AdditiveAttention(use_scale=True)\n"
                     "    layer.build([(1, q.shape[0], W_1.shape[1]), (1, k.shape[0], W_2.shape[1])])\n"
