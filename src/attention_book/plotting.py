@@ -108,31 +108,6 @@ def plot_scaling(d_ks, variances, unscaled, scaled):
     return fig
 
 
-def principal_plane(x) -> np.ndarray:
-    """The two leading principal directions of the rows of `x` (T, E), as an (E, 2) matrix."""
-    centred = x - x.mean(axis=0)
-    _, _, vt = np.linalg.svd(centred, full_matrices=False)
-    return vt[:2].T  # (E, 2)
-
-
-def plot_mixing(before, after, labels, *, ax=None, title="each word pulled towards its neighbours"):
-    """Word vectors before and after attention, projected on the principal plane of `before` (chapter 1)."""
-    before, after = _as_array(before), _as_array(after)
-    plane = principal_plane(before)
-    p0, p1 = (before - before.mean(axis=0)) @ plane, (after - before.mean(axis=0)) @ plane  # (T, 2)
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5.5, 4.5))
-    ax.scatter(p0[:, 0], p0[:, 1], color="tab:blue", label="embedding")
-    ax.scatter(p1[:, 0], p1[:, 1], color="tab:orange", label="after mixing")
-    for (x0, y0), (x1, y1), label in zip(p0, p1, labels, strict=True):
-        ax.annotate("", xy=(x1, y1), xytext=(x0, y0), arrowprops=dict(arrowstyle="->", color="gray"))
-        ax.annotate(label, (x0, y0), textcoords="offset points", xytext=(4, 4))
-    ax.set(xlabel="principal direction 1", ylabel="principal direction 2", title=title)
-    ax.legend()
-    ax.figure.tight_layout()
-    return ax
-
-
 def plot_bars(labels, values, *, ylabel, title, ax=None):
     """A labelled bar chart with the values written on the bars (benchmark sections)."""
     if len(labels) != len(values):
