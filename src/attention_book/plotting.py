@@ -88,11 +88,11 @@ def plot_attention_grid(maps: dict, query_tokens, key_tokens=None, *, columns=2,
 
 
 def plot_scaling(d_ks, variances, unscaled, scaled):
-    """The √d_k argument in three panels (chapter 2).
+    """The √d_k argument in three panels (chapter 2), its text readable at the page's width.
 
     `variances[i]` is Var(q·k) at d_ks[i]; `unscaled`/`scaled` are lists of (max weight, Jacobian norm).
     """
-    fig, (ax_var, ax_max, ax_grad) = plt.subplots(1, 3, figsize=(13, 3.6))
+    fig, (ax_var, ax_max, ax_grad) = plt.subplots(1, 3, figsize=(10, 3.4))
     ax_var.plot(d_ks, variances, "o-", label="measured Var(q·k)")
     ax_var.plot(d_ks, d_ks, "k--", label="d_k")
     ax_var.set(xscale="log", yscale="log", xlabel="d_k", title="variance of a dot product")
@@ -102,8 +102,11 @@ def plot_scaling(d_ks, variances, unscaled, scaled):
     ax_max.set(xscale="log", xlabel="d_k", ylim=(0, 1.05), title="largest softmax weight")
     ax_grad.set(xscale="log", xlabel="d_k", ylim=(0, None), title="‖∂softmax/∂scores‖")
     for ax in (ax_var, ax_max, ax_grad):
-        ax.legend()
+        ax.legend(fontsize=10)
         ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=11)
+        ax.xaxis.label.set_size(11)
+        ax.title.set_size(12)
     fig.tight_layout()
     return fig
 
