@@ -4,6 +4,7 @@ Writes one SVG per diagram into chapters/figures/:
 
     encoder_bottleneck.svg           (introduction) an RNN encoder–decoder's one context vector, and attention
     embedding_lookup.svg             (chapter 1)  sentence -> tokens -> ids -> rows of nn.Embedding(6, 16) -> X
+    one_query_walk.svg               (chapter 2)  one query against six keys: scores, softmax, weighted sum
     scaled_dot_product_attention.svg (chapter 2)  X -> Q, K, V -> scores -> softmax -> weights @ V, every shape
     multihead_split_merge.svg        (chapter 3)  one E-wide projection, split_heads, H attentions, merge_heads, W^O
     cross_attention.svg              (chapter 4)  queries from the sentence (T = 6), keys and values from 8 other tokens
@@ -37,7 +38,7 @@ import argparse
 from pathlib import Path
 
 from ch01 import embedding_lookup
-from ch02 import scaled_dot_product_attention
+from ch02 import one_query_walk, scaled_dot_product_attention
 from ch03 import multihead_split_merge, transformer_block
 from ch04 import cross_attention, encoder_decoder
 from ch05 import causal_mask_alignments
@@ -48,7 +49,7 @@ from ch09 import induction_circuit, k_composition_ablation, rope_rotation
 from intro import encoder_bottleneck
 from primitives import FIGURES, plt
 
-DIAGRAMS = (encoder_bottleneck, embedding_lookup, scaled_dot_product_attention, multihead_split_merge, cross_attention, causal_mask_alignments, keras_decoder_flow, kv_cache_decode_step, grouped_query_heads, ring_buffer, block_table, tile_schedule, rope_rotation, induction_circuit, k_composition_ablation, transformer_block, encoder_decoder, latent_attention)
+DIAGRAMS = (encoder_bottleneck, embedding_lookup, one_query_walk, scaled_dot_product_attention, multihead_split_merge, cross_attention, causal_mask_alignments, keras_decoder_flow, kv_cache_decode_step, grouped_query_heads, ring_buffer, block_table, tile_schedule, rope_rotation, induction_circuit, k_composition_ablation, transformer_block, encoder_decoder, latent_attention)
 
 
 def main():
