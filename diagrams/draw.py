@@ -3,6 +3,7 @@
 Writes one SVG per diagram into chapters/figures/:
 
     encoder_bottleneck.svg           (introduction) an RNN encoder–decoder's one context vector, and attention
+    soft_alignment.svg               (introduction) a trained decoder's cross-attention weights (chapter 4's model)
     embedding_lookup.svg             (chapter 1)  sentence -> tokens -> ids -> rows of nn.Embedding(6, 16) -> X
     one_query_walk.svg               (chapter 2)  one query against six keys: scores, softmax, weighted sum
     scaled_dot_product_attention.svg (chapter 2)  X -> Q, K, V -> scores -> softmax -> weights @ V, every shape
@@ -46,10 +47,10 @@ from ch06 import keras_decoder_flow
 from ch07 import block_table, grouped_query_heads, kv_cache_decode_step, latent_attention, ring_buffer
 from ch08 import tile_schedule
 from ch09 import induction_circuit, k_composition_ablation, rope_rotation
-from intro import encoder_bottleneck
+from intro import encoder_bottleneck, soft_alignment
 from primitives import FIGURES, plt
 
-DIAGRAMS = (encoder_bottleneck, embedding_lookup, one_query_walk, scaled_dot_product_attention, multihead_split_merge, cross_attention, causal_mask_alignments, keras_decoder_flow, kv_cache_decode_step, grouped_query_heads, ring_buffer, block_table, tile_schedule, rope_rotation, induction_circuit, k_composition_ablation, transformer_block, encoder_decoder, latent_attention)
+DIAGRAMS = (encoder_bottleneck, soft_alignment, embedding_lookup, one_query_walk, scaled_dot_product_attention, multihead_split_merge, cross_attention, causal_mask_alignments, keras_decoder_flow, kv_cache_decode_step, grouped_query_heads, ring_buffer, block_table, tile_schedule, rope_rotation, induction_circuit, k_composition_ablation, transformer_block, encoder_decoder, latent_attention)
 
 
 def main():

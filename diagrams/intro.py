@@ -1,4 +1,4 @@
-"""The introduction's diagram (encoder_bottleneck.svg), drawn by diagrams/draw.py."""
+"""The introduction's diagrams (encoder_bottleneck.svg, soft_alignment.svg), drawn by diagrams/draw.py."""
 
 from primitives import FONT, MUTED, SMALL, arrow, box, new_figure, save, text
 
@@ -55,3 +55,41 @@ def encoder_bottleneck(png_dir=None):
     text(ax, ds[0] - w / 2, 1.75, "c₃ = Σᵢ α₃,ᵢ hᵢ: weights from a softmax\nof the scores f(s₂, hᵢ), new at every step",
          size=SMALL, ha="left", linespacing=1.35)
     save(fig, "encoder_bottleneck", png_dir)
+
+
+def soft_alignment(png_dir=None):
+    """Introduction: attention as a soft alignment, the cross-attention weights of chapter 4's trained reverser
+    on the first evaluation sequence (computed from the stored weights; two decimals, so every machine draws
+    the same colours)."""
+    import torch  # only this drawing computes: the trained model's weights on one sequence
+
+    from attention_book.trained import evaluation_tokens, load_reverser
+    from matplotlib import colormaps
+    from matplotlib.patches import Rectangle
+
+    reverser, _ = load_reverser()
+    source, target = evaluation_tokens(reverser.config, 1)  # (1, S), (1, T)
+    with torch.no_grad():
+        _, weights = reverser(source, target, need_weights=True)  # (1, T, S)
+    weights = [[round(float(w), 2) for w in row] for row in weights[0]]  # (T, S)
+    S, T, cell = len(weights[0]), len(weights), 0.46
+    fig, ax = new_figure(7.3, 5.6)
+    text(ax, 0.2, 5.3, "Attention as a soft alignment: a trained decoder's weights", size=FONT, ha="left",
+         weight="bold")
+    text(ax, 0.2, 5.0, "chapter 4's model, trained to write its source backwards", size=SMALL, ha="left", color=MUTED)
+    x0, y_top = 1.75, 4.3
+    blues = colormaps["Blues"]
+    for i in range(T):  # row i: output position i; column j: source position j
+        for j in range(S):
+            ax.add_patch(Rectangle((x0 + j * cell, y_top - (i + 1) * cell), cell, cell, linewidth=0.5,
+                                   facecolor=blues(weights[i][j]), edgecolor="white"))
+    for j, token in enumerate(source[0].tolist()):
+        text(ax, x0 + (j + 0.5) * cell, y_top + 0.2, str(token), size=SMALL)
+    for i, token in enumerate(target[0].tolist()):
+        text(ax, x0 - 0.2, y_top - (i + 0.5) * cell, str(token), size=SMALL, ha="right")
+    text(ax, x0 + S * cell / 2, y_top + 0.48, "source tokens (keys), position 0 to 7", size=SMALL, color=MUTED)
+    text(ax, 0.2, y_top - T * cell / 2, "output\ntokens\n(queries)", size=SMALL, ha="left", color=MUTED,
+         linespacing=1.3)
+    text(ax, x0 + S * cell + 0.2, y_top - T * cell / 2, "dark: weight\nnear 1\n\nwhite: near 0", size=SMALL,
+         ha="left", color=MUTED, linespacing=1.3)
+    save(fig, "soft_alignment", png_dir)
