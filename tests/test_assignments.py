@@ -95,9 +95,9 @@ WRONG = {
                          r"your result keeps the head axis"),
     "ch6.kernel_to_linear": (lambda kernel, bias: (kernel.reshape(kernel.shape[0], -1), bias.reshape(-1)),
                              r"nn.Linear keeps its weight as \(out, in\) = \(\d+, \d+\): transpose"),
-    "ch8.merge_partials": (lambda m_a, l_a, acc_a, m_b, l_b, acc_b: (torch.maximum(m_a, m_b), l_a + l_b, acc_a + acc_b),
+    "ch9.merge_partials": (lambda m_a, l_a, acc_a, m_b, l_b, acc_b: (torch.maximum(m_a, m_b), l_a + l_b, acc_a + acc_b),
                            r"l_a \+ l_b adds sums taken against different maxima"),
-    "ch8.tiled_attention": (lambda q, k, v, block: sum(torch.softmax(q @ k[i:i + block].T / q.shape[1] ** 0.5, -1)
+    "ch9.tiled_attention": (lambda q, k, v, block: sum(torch.softmax(q @ k[i:i + block].T / q.shape[1] ** 0.5, -1)
                                                        @ v[i:i + block] for i in range(0, len(k), block))
                             / len(range(0, len(k), block)),
                             r"you averaged the blocks' outputs"),
@@ -110,21 +110,21 @@ WRONG = {
                         r"your causal mask lets position 0 see position 1, which comes after it"),
     "ch6.keras_projection": (lambda x, kernel, bias: np.einsum("bte,ehk->bhtk", x, kernel),
                              r"the bias is missing"),
-    "ch7.cache_size": (lambda layers, kv_heads, head_dim, length, b, batch=1, window=None:
+    "ch8.cache_size": (lambda layers, kv_heads, head_dim, length, b, batch=1, window=None:
                        layers * kv_heads * head_dim * min(length, window or length) * b * batch,
                        r"half the expected size: every position stores a key AND a value"),
-    "ch7.ring_slots": (lambda length, window: torch.arange(max(0, length - window), length),
+    "ch8.ring_slots": (lambda length, window: torch.arange(max(0, length - window), length),
                        r"the right positions, in the wrong order"),
     "ch7.decode_step": (lambda q, k, v, kc, vc: (torch.softmax(q @ kc.transpose(-2, -1), dim=-1) @ vc, kc, vc),
                         r"the returned keys still have S positions: append the new key"),
-    "ch8.running_max_and_sum": (lambda x, block: (float(x.max()), sum(float(torch.exp(x[i:i + block] - x[i:i + block].max()).sum())
+    "ch9.running_max_and_sum": (lambda x, block: (float(x.max()), sum(float(torch.exp(x[i:i + block] - x[i:i + block].max()).sum())
                                                                       for i in range(0, len(x), block))),
                                 r"the running sum ends at .* multiply the sum so far by exp\(m − m'\)"),
-    "ch9.rope_half": (lambda x: apply_rope(x), r"that is RoPE on adjacent pairs \(2i, 2i \+ 1\), this book's layout"),
-    "ch9.previous_token_score": (lambda q, k: torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1)
+    "ch10.rope_half": (lambda x: apply_rope(x), r"that is RoPE on adjacent pairs \(2i, 2i \+ 1\), this book's layout"),
+    "ch11.previous_token_score": (lambda q, k: torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1)
                                  .diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1),
                                  r"the weights need the causal mask"),
-    "ch9.sinusoidal_shift": (lambda offset, width: sinusoidal_shift(offset, width).T,
+    "ch10.sinusoidal_shift": (lambda offset, width: sinusoidal_shift(offset, width).T,
                              r"your M moves back by \d+ positions, not forward"),
 }
 

@@ -31,13 +31,13 @@ def test_every_diagram_is_used_with_alt_text():
 
 
 def test_tile_schedule_draws_what_the_causal_mask_allows(monkeypatch):
-    """Chapter 8's diagram classifies a tile as the loops of `tiled_attention` treat it: skipped where the
+    """Chapter 9's diagram classifies a tile as the loops of `tiled_attention` treat it: skipped where the
     causal mask blocks every score of the tile, masked where it blocks some, full where it blocks none; the
     backward's column walk starts at the first query block that sees the key block."""
     from attention_book.causal import causal_mask
 
-    monkeypatch.syspath_prepend(str(ROOT / "diagrams"))  # chapter 8's drawings, as draw.py imports them
-    import ch08 as draw
+    monkeypatch.syspath_prepend(str(ROOT / "diagrams"))  # chapter 9's drawings, as draw.py imports them
+    import ch09 as draw
     for T, S, block_q, block_k in [(8, 8, 2, 2), (4, 8, 2, 2), (12, 16, 3, 4), (6, 6, 2, 3)]:
         allowed = causal_mask(T, S)  # (T, S), True = may attend
         for i0 in range(0, T, block_q):

@@ -148,7 +148,7 @@ def plot_bars(labels, values, *, ylabel, title, ax=None):
 
 
 def plot_lines(x, series: dict, *, xlabel, ylabel, title, ax=None, logx=False, logy=False, marker="o"):
-    """One line per entry of `series` (label -> values over `x`): loss curves and benchmarks (chapters 6-8)."""
+    """One line per entry of `series` (label -> values over `x`): loss curves and benchmarks (chapters 6-9)."""
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 3.5))
     for label, values in series.items():
