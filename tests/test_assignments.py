@@ -215,6 +215,10 @@ def test_a_hint_over_several_comment_lines_is_kept_whole():
                "import torch\n\n\ndef f(T):\n    \"\"\"Doc.\"\"\"\n    return T  # not part of the hint\n"
     assert assignments.hint_of(solution) == "position i may see positions 0..i; torch.tril of a boolean matrix keeps them."
     assert "keeps them." in assignments.stub(solution) and "not part" not in assignments.stub(solution)
+    for path in NOTEBOOKS:  # the student's stubs fit the page like every code line of the book
+        for _, source, _, _ in solution_cells(path):
+            wide = [line for line in assignments.stub(source).splitlines() if len(line) > 79]
+            assert not wide, f"{path.name}: stub lines wider than 79 columns: {wide}"
 
 
 def test_checks_live_one_module_per_chapter_and_name_what_they_forbid():

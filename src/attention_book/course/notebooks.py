@@ -51,8 +51,19 @@ def stub(source: str) -> str:
         keep_until = body[0].end_lineno if has_docstring else body[0].lineno - 1  # signature (+ docstring)
         start = function.decorator_list[0].lineno if function.decorator_list else function.lineno
         indent = " " * body[0].col_offset
-        parts.append("\n".join(lines[start - 1:keep_until] + [f"{indent}raise NotImplementedError({hint!r})"]))
+        parts.append("\n".join(lines[start - 1:keep_until] + [raise_with(hint, indent)]))
     return "\n\n\n".join(parts)
+
+
+def raise_with(hint: str, indent: str, width: int = 79) -> str:
+    """`raise NotImplementedError(hint)` within `width` columns: a long hint as adjacent string pieces."""
+    line = f"{indent}raise NotImplementedError({hint!r})"
+    if len(line) <= width:
+        return line
+    import textwrap
+
+    pieces = textwrap.wrap(hint, width - len(indent) - 8, drop_whitespace=False)
+    return f"{indent}raise NotImplementedError(\n" + "\n".join(f"{indent}    {piece!r}" for piece in pieces) + ")"
 
 
 def student_notebook(notebook: nbformat.NotebookNode, keep_outputs: bool = False) -> nbformat.NotebookNode:
