@@ -98,6 +98,6 @@ def interleaved_times(functions: dict, repeats: int = 5, progress: bool = True) 
 
 
 def interleaved_medians(functions: dict, repeats: int = 5, progress: bool = True) -> dict:
-    """Median seconds of each of `functions`, timed by `interleaved_times` (chapters 3, 8)."""
+    """Median seconds of each of `functions`, timed by `interleaved_times` (chapters 3, 9)."""
     times = interleaved_times(functions, repeats, progress)
     return {name: statistics.median(seconds) for name, seconds in times.items()}

@@ -1,4 +1,4 @@
-"""FLOP counts of attention, for throughput in TFLOP/s (chapter 8)."""
+"""FLOP counts of attention, for throughput in TFLOP/s (chapter 9)."""
 
 
 def attention_tflops(batch: int, heads: int, length: int, head_dim: int, seconds: float, causal: bool) -> float:
