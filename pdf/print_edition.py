@@ -7,6 +7,7 @@ directives or anything else that makes sphinx-exercise's nodes):
   chapters, once ("Chapter 1", "1 Embedding a sentence" in the contents);
 - each interactive figure (attention_book.interactive's HTML output) becomes a one-line note: the
   matplotlib figure the chapter shows beside it is its static counterpart;
+- figures and exercises are numbered within their chapter ("Exercise 7.3"), as the one PDF needs;
 - the solutions leave the exercises and follow them in a "Solutions" section at the end of the chapter;
 - the introduction (the root page) and the page holding the bibliography are unnumbered chapters before
   and after the numbered ones. This replaces sphinx-jupyterbook-latex's root-page transform, which flattens
@@ -18,6 +19,7 @@ import re
 import html
 
 from docutils import nodes
+from sphinx import addnodes
 from sphinx.transforms.post_transforms import SphinxPostTransform
 from sphinx.util import logging
 from sphinx_exercise.nodes import solution_node
@@ -85,6 +87,9 @@ def adapt(app, doctree: nodes.document) -> None:
     strip_chapter_number(doctree)
     replace_interactive_figures(doctree, app.env.docname)
     gather_solutions(doctree)
+    if app.env.docname == app.config.root_doc:
+        for toctree in doctree.findall(addnodes.toctree):
+            toctree["numbered"] = 1  # chapter numbers prefix figure and exercise numbers: "Exercise 7.3"
     if bibliography is not None and next(iter(doctree.findall(bibliography)), None) is not None:
         top_section(doctree)["print_unnumbered"] = True
 
