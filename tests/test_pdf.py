@@ -18,7 +18,7 @@ BOOK = Path(os.environ.get("PDF_BOOK", Path(__file__).resolve().parent.parent)).
 PDF = BOOK / "_build" / "pdf" / "attention-from-scratch.pdf"
 LOG = PDF.with_suffix(".log")
 
-PAGES = range(100, 400)  # 173 pages on 24 Nov 2026 (nine chapters); the twelve-chapter book stays inside
+PAGES = range(100, 400)  # 159 pages on 24 Nov 2026 (nine chapters); the twelve-chapter book stays inside
 OVERFULL_BUDGET = 5  # overfull boxes (hbox and vbox): 3 vboxes 2 pt too tall (figures at a page's foot)
 MARGIN_TOLERANCE = 1.0  # points beyond the text area's right edge that a word's box may reach
 # What attention_book.interactive's outputs say about their controls (their text and HTML forms). The
