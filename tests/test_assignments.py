@@ -84,6 +84,14 @@ WRONG = {
                                                             + in_b[x.shape[-1]: 2 * x.shape[-1]]).transpose(1, 2)
         / x.shape[-1] ** 0.5, -1) @ (x @ in_w[2 * x.shape[-1]:].T + in_b[2 * x.shape[-1]:]) @ out_w.T + out_b,
                         r"you attended with one head of width E = \d+: split q, k and v into H = \d+ heads"),
+    "ch4.cross_attention": (lambda x, key, value, w, H: torch.softmax(
+        (x @ w["q_proj_weight"].T + w["in_proj_bias"].chunk(3)[0])
+        @ (key @ w["k_proj_weight"].T + w["in_proj_bias"].chunk(3)[1]).transpose(1, 2) / x.shape[-1] ** 0.5, -1)
+        @ (value @ w["v_proj_weight"].T + w["in_proj_bias"].chunk(3)[2]) @ w["out_proj.weight"].T
+        + w["out_proj.bias"], r"you attended with one head of width E = \d+: split q, k and v into H = \d+ heads"),
+    "ch4.cross_cache": (lambda y, memory, W_q, W_k, W_v: (y, (memory @ W_k[0]).expand(len(W_k), -1, -1),
+                                                          memory @ W_v),
+                        r"layer 1's keys are layer 0's: every layer projects the memory with its own W_k\[1\]"),
     "ch4.masked_loss": (lambda logits, labels, lengths: -torch.log_softmax(logits, -1).gather(-1, labels[..., None])
                         .mean(), r"you averaged over every position, padding included"),
     "ch5.offset_causal_mask": (lambda T, S: torch.ones(T, S, dtype=torch.bool).tril(),
@@ -148,6 +156,17 @@ def test_causal_mask_feedback_names_the_positions():
         "your causal mask lets position 2 see position 4, which comes after it"
     assert "stops position 0 from seeing position 0 (itself)" in \
         checks.evaluate("ch5.causal_mask", lambda T: torch.ones(T, T, dtype=torch.bool).tril(-1)).message
+
+
+def test_padded_attention_grader_tests_an_empty_source():
+    """ch4-padded: a source of length 0 gets zeros; the softmax over only −inf (NaN there) is told so."""
+    def nan_for_empty(q, k, v, lengths):
+        real = (torch.arange(k.shape[1]) < lengths[:, None])[:, None, :]  # (B, 1, S)
+        scores = (q @ k.transpose(1, 2) / q.shape[-1] ** 0.5).masked_fill(~real, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ v
+
+    message = checks.evaluate("ch4.padded_attention", nan_for_empty).message
+    assert re.match(r"sequence \d+ has length 0: its queries may see no key", message), message
 
 
 def test_a_crashing_solution_is_feedback_not_a_crash():
