@@ -89,8 +89,8 @@ def test_generate_makes_the_cross_keys_and_values_once_and_equals_recomputing_th
     for model in (trained, untrained):
         source, target = evaluation_tokens(model.config, 16)
         calls = []
-        hooks = [model.cross_attention.k_proj.register_forward_hook(lambda *a: calls.append("k")),
-                 model.cross_attention.v_proj.register_forward_hook(lambda *a: calls.append("v"))]
+        hooks = [model.cross_attention.k_proj.register_forward_hook(lambda *a, calls=calls: calls.append("k")),
+                 model.cross_attention.v_proj.register_forward_hook(lambda *a, calls=calls: calls.append("v"))]
         generated = model.generate(source)
         for hook in hooks:
             hook.remove()
