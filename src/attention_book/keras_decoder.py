@@ -163,7 +163,8 @@ def train_keras_decoder(inputs, targets, epochs: int = 164, seed: int = 42,
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
     losses = []
     for _ in range(epochs):  # one batch = one epoch
-        # else Keras 3.10 returns the mean loss of all batches so far
+        # Keras 3 before keras-team/keras#22617 (April 2026) returns the
+        # mean loss of all batches so far; later releases reset by themselves
         model.reset_metrics()
         losses.append(float(model.train_on_batch(inputs, targets)))
     return model, losses

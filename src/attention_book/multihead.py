@@ -134,15 +134,17 @@ class MultiHeadAttention(nn.Module):
         validate_attention_inputs(q, k, v, mask)  # errors name the per-head shapes
         if is_causal:
             validate_is_causal(q, k, mask)
-        if need_weights or (self.training and self.dropout.p > 0):
+        if need_weights:
             if is_causal:  # F.scaled_dot_product_attention's is_causal, written out: (T, T), True = may attend
                 mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
             weights = head_weights(q, k, mask)  # (..., H, T, S), float32 for half-precision inputs
             context = (self.dropout(weights) @ v.to(weights.dtype)).to(v.dtype)  # (..., H, T, E/H)
             averaged = weights.mean(dim=-3).to(q.dtype) if need_weights else None  # (..., T, S)
             return self.out_proj(self.merge_heads(context)), averaged
-        # the fused kernel, same maths; with is_causal it makes the (T, T) mask itself (mask is None then)
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
+        # the fused kernel, same maths; with is_causal it makes the (T, T) mask itself (mask is None then), and
+        # in training it drops attention weights itself, given dropout_p (as nanoGPT does; chapter 5)
+        dropout_p = self.dropout.p if self.training else 0.0
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=dropout_p)
         return self.out_proj(self.merge_heads(context)), None
 
     @classmethod
