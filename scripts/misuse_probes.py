@@ -792,11 +792,15 @@ def induction_model(**changes):
     return AttentionOnly(InductionConfig(vocab_size=8, half_length=4, embed_dim=8, num_heads=2, **changes)).eval()
 
 
-@refuses("cache", "window")
+@answers("cache", "window")
 def induction_ring_without_window():
+    """A layer without a window reads through a ring as with the ring's window, prefilled or one by one."""
     model = induction_model(positions="rope")
+    tokens = torch.tensor([[1, 2, 3, 4, 5, 6]])
     with torch.no_grad():
-        return decode_one_by_one(model, torch.tensor([[1, 2, 3, 4]]), [RingKVCache(2) for _ in range(2)])
+        steps = decode_one_by_one(model, tokens, [RingKVCache(2, sinks=1) for _ in range(2)])
+        prefill = model(tokens, caches=[RingKVCache(2, sinks=1) for _ in range(2)])[0]
+    return bool(torch.allclose(steps, prefill, atol=1e-6))
 
 
 @refuses("cache")
@@ -998,6 +1002,212 @@ def tiled_zero_width():
 @refuses("block_size")
 def online_states_zero_block():
     return list(online_attention_states(torch.randn(4), torch.randn(4, 2), 0))
+
+
+# More of the same kinds: 16-bit, meta, strided and empty inputs through the newer paths
+
+@answers("keys")
+def int8_append_nothing():
+    cache = Int8KVCache(4)
+    cache.append(torch.ones(1, 1, 2, 3), torch.ones(1, 1, 2, 3))
+    keys, _ = cache.append(torch.ones(1, 1, 0, 3), torch.ones(1, 1, 0, 3))
+    return len(cache) == 2 and keys.shape == (1, 1, 2, 3)
+
+
+@answers("keys")
+def paged_append_nothing():
+    cache = PagedKVCache(BlockPool(4, 2), 1)
+    cache.append(torch.ones(1, 1, 3, 2), torch.ones(1, 1, 3, 2))
+    keys, _ = cache.append(torch.ones(1, 1, 0, 2), torch.ones(1, 1, 0, 2))
+    return cache.lengths == [3] and keys.shape == (1, 1, 3, 2)
+
+
+@answers("x")
+def latent_cache_no_new_positions():
+    layer = latent().eval()
+    cache = KVCache(8)
+    with torch.no_grad():
+        layer(X8[:, :3], cache=cache)
+        out, _ = layer(X8[:, :0], cache=cache)
+    return out.shape == (1, 0, 8) and len(cache) == 3
+
+
+@answers("x")
+def latent_strided_input():
+    layer = latent().eval()
+    wide = torch.randn(1, 6, 16, dtype=torch.float64)[..., ::2]  # (1, 6, 8), strided
+    with torch.no_grad():
+        return torch.allclose(layer(wide)[0], layer(wide.contiguous())[0])
+
+
+@answers("x")
+def latent_decode_equals_full_in_float16():
+    layer = LatentAttention(8, 2, 6, 4).to(torch.float16).eval()
+    x = X8.to(torch.float16)
+    with torch.no_grad():
+        full, _ = layer(x)
+        step = decode(layer, x, KVCache(8))
+    return bool(torch.allclose(full.float(), step.float(), atol=1e-2))
+
+
+@answers("query")
+def tiled_bfloat16_backward():
+    gen = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 5, 8, generator=gen).to(torch.bfloat16).requires_grad_() for _ in range(3))
+    tiled_attention(q, k, v, True, 2, 2).float().sum().backward()
+    return q.grad.dtype == torch.bfloat16 and bool(torch.isfinite(q.grad).all())
+
+
+@answers("query")
+def tiled_meta():
+    q = torch.zeros(1, 4, 8, device="meta")
+    return tiled_attention(q, q, q, block_q=2, block_k=2).device.type == "meta"
+
+
+@answers("query")
+def split_kv_float16():
+    gen = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(2, n, 8, generator=gen) for n in (1, 9, 9))
+    out = split_kv_attention(q.half(), k.half(), v.half(), 3)
+    expected, _ = ab.scaled_dot_product_attention(q, k, v)
+    return out.dtype == torch.float16 and bool(torch.allclose(out.float(), expected, atol=1e-2))
+
+
+@answers("query")
+def split_kv_strided():
+    k = torch.randn(2, 8, 18)[..., ::2]  # (2, 8, 9) strided, then transposed to (2, 9, 8)
+    k = k.transpose(1, 2)
+    q = torch.randn(2, 1, 8)
+    out = split_kv_attention(q, k, k, 4)
+    expected, _ = ab.scaled_dot_product_attention(q, k, k)
+    return bool(torch.allclose(out, expected, atol=1e-5))
+
+
+@answers("caches")
+def ring_decoder_equals_full_window():
+    model = decoder(window=3, sinks=1)
+    tokens = torch.tensor([[1, 2, 3, 4, 5, 6, 7]])
+    with torch.no_grad():
+        return torch.allclose(decode_one_by_one(model, tokens, model.new_caches()), model(tokens), atol=1e-5)
+
+
+@answers("prompts")
+def generate_paged_equals_generate():
+    model = decoder()
+    prompts = [torch.tensor([1, 2, 3]), torch.tensor([4, 5])]
+    sequences, _ = generate_paged(model, prompts, 3)
+    return all(torch.equal(s, generate(model, p[None], 3)[0]) for s, p in zip(sequences, prompts, strict=True))
+
+
+@refuses("temperature")
+def generate_paged_negative_temperature():
+    return generate_paged(decoder(), [torch.tensor([1, 2])], 2, temperature=-1.0)
+
+
+@refuses("num_blocks", "block pool", "pool")
+def generate_paged_too_few_blocks():
+    return generate_paged(decoder(), [torch.tensor([1, 2, 3])], 4, block_size=2, num_blocks=1)
+
+
+@refuses("int8", "window")
+def ring_int8_caches():
+    return decoder(window=3).new_caches(int8=True)
+
+
+@answers("positions")
+def rope_meta():
+    return apply_rope(torch.zeros(2, 3, 4, device="meta"), start=2).device.type == "meta"
+
+
+@answers("positions")
+def rope_bfloat16_positions_per_sequence():
+    x = torch.randn(2, 3, 4)
+    out = apply_rope(x.to(torch.bfloat16), positions=torch.tensor([[0, 1, 2], [5, 6, 7]]))
+    expected = torch.cat([apply_rope(x[:1]), apply_rope(x[1:], start=5)])
+    return out.dtype == torch.bfloat16 and bool(torch.allclose(out.float(), expected, atol=3e-2))
+
+
+@refuses("positions")
+def rope_float_positions():
+    return apply_rope(torch.randn(3, 4), positions=torch.arange(3.0))
+
+
+@refuses("x")
+def rope_integer_x():
+    return apply_rope(torch.ones(3, 4, dtype=torch.long))
+
+
+@answers("positions")
+def alibi_empty():
+    return alibi_bias(torch.arange(0), torch.arange(0), alibi_slopes(2)).shape == (2, 0, 0)
+
+
+@refuses("weights", "names")
+def explorer_too_few_names():
+    return attention_explorer(torch.rand(2, 2, 2), ["a", "b"], names=["h"], name="x", title="t")
+
+
+@refuses("name")
+def figure_name_with_spaces():
+    return InteractiveFigure("tiles", "a b", "t", {}, "s")
+
+
+@refuses("block_size")
+def tiles_block_float():
+    return tile_steps(torch.randn(4), torch.randn(4, 2), 2.0)
+
+
+@answers("scores")
+def tiles_numpy_inputs():
+    figure = tile_steps(np.array([0.1, 0.2, 0.3]), np.eye(3), 2)
+    return len(figure.data["steps"]) == 2
+
+
+@refuses("positions")
+def induction_config_unknown_positions():
+    return AttentionOnly(InductionConfig(positions="relative"))
+
+
+@refuses("tokens")
+def induction_tokens_out_of_range():
+    return induction_model()(torch.tensor([[1, 9, 2]]))
+
+
+@refuses("periods")
+def induction_score_no_repeat():
+    tokens = torch.tensor([[1, 2, 3, 4]])
+    return induction_score(torch.rand(1, 2, 4, 4), tokens, torch.tensor([9]))
+
+
+@refuses("tokens")
+def keras_decoder_float_tokens():
+    return decoder_forward({"embedding": np.zeros((5, 2))}, np.array([[1.0, 2.0]]))
+
+
+@refuses("key_padding_mask")
+def mask_from_torch_one_dimensional_padding():
+    return ab.mask_from_torch(key_padding_mask=torch.zeros(3, dtype=torch.bool))
+
+
+@refuses("mask")
+def causal_module_integer_mask():
+    return ab.MultiHeadAttention(8, 2)(X8.float(), mask=torch.ones(1, 1, 6, 6, dtype=torch.long))
+
+
+@refuses("cache", "sequences", "batch")
+def latent_paged_cache():
+    with torch.no_grad():
+        return latent().eval()(X8, cache=PagedKVCache(BlockPool(8, 4), 1))
+
+
+@refuses("window")
+def latent_window_zero():
+    return latent(window=0)
+
+
+@refuses("sinks")
+def latent_sinks_without_window():
+    return latent(sinks=2)
 
 
 if __name__ == "__main__":

@@ -377,9 +377,11 @@ def induction_model():
 
 
 def test_chapter_nines_model_checks_its_caches_and_tokens():
-    model, tokens = induction_model(), torch.tensor([[1, 2, 3, 4]])
-    with pytest.raises(ValueError, match="window"):
-        decode_one_by_one(model, tokens, [RingKVCache(2) for _ in range(2)])
+    model, tokens = induction_model(), torch.tensor([[1, 2, 3, 4, 5, 6]])
+    with torch.no_grad():  # a ring sets the window of a layer without one: a prefill saw past it before
+        steps = decode_one_by_one(model, tokens, [RingKVCache(2, sinks=1) for _ in range(2)])
+        prefill = model(tokens, caches=[RingKVCache(2, sinks=1) for _ in range(2)])[0]
+    torch.testing.assert_close(prefill, steps)
     cache = KVCache(8)
     with pytest.raises(ValueError, match="cache"), torch.no_grad():
         model(tokens, caches=[cache, cache])
@@ -389,6 +391,9 @@ def test_chapter_nines_model_checks_its_caches_and_tokens():
         model(tokens.to(torch.uint8))
     with torch.no_grad():
         torch.testing.assert_close(decode_one_by_one(model, tokens, [KVCache(8), KVCache(8)]), model(tokens)[0])
+    windowed = AttentionOnly(InductionConfig(vocab_size=8, half_length=4, embed_dim=8, num_heads=2, window=3))
+    with pytest.raises(ValueError, match="window"), torch.no_grad():
+        decode_one_by_one(windowed.eval(), tokens, [RingKVCache(2) for _ in range(2)])
 
 
 def test_chapter_nines_scores_check_their_shapes():

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .causal import causal_mask, position_mask, validate_ring_window
+from .kv_cache import RingKVCache
 from .multihead import validate_cache_layer
 from .positions import LearnedPositions, alibi_bias, alibi_slopes, apply_rope, sinusoidal_at
 
@@ -86,13 +87,22 @@ class HeadAttention(nn.Module):
         scores = q @ k.transpose(-2, -1) / math.sqrt(E // self.H)  # (B, H, T, S)
         if self.positions == "alibi":
             scores = scores + alibi_bias(query_positions, key_positions, alibi_slopes(self.H))  # (…, H, T, S)
-        mask = position_mask(query_positions, key_positions, self.window)  # (T, S) or (B, T, S)
+        mask = position_mask(query_positions, key_positions, *attended_window(cache, self.window))  # (T, S) or (B, T, S)
         scores = scores.masked_fill(~(mask if mask.dim() == 2 else mask[:, None]), float("-inf"))
         weights = scores.softmax(dim=-1)  # (B, H, T, S)
         heads = weights @ v  # (B, H, T, d_k)
         if head_mask is not None:
             heads = heads * head_mask[:, None, None]  # (B, H, T, d_k): a 0 removes that head's output
         return self.out(heads.transpose(1, 2).reshape(B, T, E)), weights  # (B, T, E)
+
+
+def attended_window(cache, window: int | None) -> tuple[int | None, int]:
+    """The window and sinks the mask keeps: the layer's own, or, for a layer without a window that reads
+    through a `RingKVCache`, the ring's, so that a model trained with full attention attends as chapter 7's
+    streaming experiment runs it, the same whether the positions come one at a time or all at once."""
+    if window is None and isinstance(cache, RingKVCache):
+        return cache.window, cache.sinks
+    return window, 0
 
 
 class AttentionOnly(nn.Module):
@@ -551,7 +561,7 @@ def validate_tokens(tokens: torch.Tensor, vocab_size: int) -> None:
         raise ValueError(f"tokens must be an int64 (or int32) tensor (B, T), got {shape}; convert ids with "
                          "tokens.long()")
     if tokens.numel() and tokens.device.type != "meta" and not 0 <= int(tokens.min()) <= int(tokens.max()) < vocab_size:
-        raise ValueError(f"token ids must be in 0..{vocab_size - 1}, got {int(tokens.min())}..{int(tokens.max())}")
+        raise ValueError(f"tokens must be ids in 0..{vocab_size - 1}, got {int(tokens.min())}..{int(tokens.max())}")
 
 
 def validate_some_queries(queries: torch.Tensor, tokens: torch.Tensor, periods: torch.Tensor) -> None:
@@ -581,6 +591,8 @@ def validate_periods(tokens: torch.Tensor, periods: torch.Tensor) -> None:
 
 
 def validate_layer_cache(cache, layer: HeadAttention) -> None:
-    """A cache of this layer's own that keeps every key its window reads, as chapter 7's layers ask."""
-    validate_ring_window(cache, layer.window)
+    """A cache of this layer's own that keeps every key its window reads, as chapter 7's layers ask; a
+    layer without a window may read through a ring, which then sets the window (`attended_window`)."""
+    if layer.window is not None:
+        validate_ring_window(cache, layer.window)
     validate_cache_layer(cache, layer)

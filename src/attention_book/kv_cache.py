@@ -405,8 +405,9 @@ class PagedKVCache:
         table, size = self.block_tables[row], self.pool.block_size
         while len(table) * size < positions.stop:
             table.append(self.pool.allocate())
-        blocks = torch.tensor([table[p // size] for p in positions], device=self.pool.keys.device)
-        offsets = torch.tensor([p % size for p in positions], device=self.pool.keys.device)
+        like = dict(dtype=torch.long, device=self.pool.keys.device)  # long even when n = 0
+        blocks = torch.tensor([table[p // size] for p in positions], **like)
+        offsets = torch.tensor([p % size for p in positions], **like)
         return blocks, offsets
 
     def gather(self, storage: torch.Tensor) -> torch.Tensor:
