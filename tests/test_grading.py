@@ -90,7 +90,7 @@ EXPECTED = {  # student -> (passed, message pattern)
     "exits": ("False", r"your solution cell raised SystemExit"),
     "exits_hard": ("False", r"stopped: it exited with status 0"),
     "kills_itself": ("False", r"stopped: it was killed"),
-    "kills_parent": ("False", r"stopped: it was killed|should have shape \(1, 1\), yours has \(\)"),  # its parent: a shell
+    "kills_parent": ("False", r"stopped: it was killed|should be a tensor of shape \(1, 1\), yours is None"),  # its parent: a shell
     "forges_records": ("False", r"stopped: it answered out of turn"),
     "monkeypatches_checks": ("False", r"your causal mask stops position 0 from seeing position 0 \(itself\)|"
                                       r"your solution cell raised (AttributeError|ImportError|ModuleNotFoundError)"),

@@ -56,7 +56,9 @@ def boolean_problem(mask) -> str | None:
 
 
 def kind_of(value) -> str:
-    """What a student's answer is, in words: "a list", "a tuple", "a numpy.ndarray of dtype bool"."""
+    """What a student's answer is, in words: "None", "a list", "a tuple", "a numpy.ndarray of dtype bool"."""
+    if value is None:
+        return "None"
     name = type(value).__name__ if type(value).__module__ == "builtins" else \
         f"{type(value).__module__.split('.')[0]}.{type(value).__name__}"
     dtype = f" of dtype {value.dtype}" if hasattr(value, "dtype") else ""
