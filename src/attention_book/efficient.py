@@ -104,7 +104,7 @@ def tiled_attention(query, key, value, causal: bool = False,
     see no key gets a zero output, as in chapter 2 (so do all T queries when
     S = 0). Differentiable in query, key and value through `TiledAttention`,
     whose backward recomputes the scores tile by tile (FlashAttention-2); a
-    float mask gets no gradient.
+    float mask gets no gradient, so one that requires grad is refused.
     """
     validate_attention_inputs(query, key, value, mask)
     validate_block_size(block_q, "block_q")

@@ -228,8 +228,8 @@ class Int8KVCache(KVCache):
 
     Each new key (and value) vector x of d numbers is stored as round(x / s) with s = max|x| / 127, so
     that it is rebuilt as s · round(x / s), within s / 2 of x in every entry; d + 4 bytes instead of 4d.
-    `append` returns float32 keys and values rebuilt from the stored ones (a real kernel rebuilds them
-    tile by tile as it reads them). Scales per position suit streaming: KIVI (Liu et al., 2024) scales
+    `append` returns keys and values rebuilt from the stored ones in float32 and handed back in the dtype
+    they came in (a real kernel rebuilds them tile by tile as it reads them). Scales per position suit streaming: KIVI (Liu et al., 2024) scales
     keys per channel instead, over groups of positions, because a few key channels carry outliers.
     """
 
