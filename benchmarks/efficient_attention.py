@@ -1,7 +1,7 @@
-"""Chapter 8's measurement: naive, tiled and PyTorch's fused attention on CPU as T grows; time and peak memory.
+"""Chapter 9's measurement: naive, tiled and PyTorch's fused attention on CPU as T grows; time and peak memory.
 
 Run from the repository root (a few minutes on a 2-core CPU):  .venv/bin/python benchmarks/efficient_attention.py
-The result goes to src/attention_book/data/efficient_attention_cpu.json, which chapter 8 plots.
+The result goes to src/attention_book/data/efficient_attention_cpu.json, which chapter 9 plots.
 """
 
 from functools import partial

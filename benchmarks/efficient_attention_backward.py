@@ -1,9 +1,9 @@
-"""Chapter 8's training measurement: a forward and a backward pass of naive, tiled and PyTorch's fused
+"""Chapter 9's training measurement: a forward and a backward pass of naive, tiled and PyTorch's fused
 attention on CPU as T grows; time and peak memory.
 
 Run from the repository root (about half an hour on a shared 2-core CPU):
     .venv/bin/python benchmarks/efficient_attention_backward.py
-The result goes to src/attention_book/data/efficient_attention_backward_cpu.json, which chapter 8 plots.
+The result goes to src/attention_book/data/efficient_attention_backward_cpu.json, which chapter 9 plots.
 Times are medians over interleaved repeats (the three methods take turns, so a slow moment of the
 machine falls on all of them); peak memory is measured in a fresh process per point. One thread: on the
 shared machine the book is built on, several other jobs hold the two cores, and a two-thread pool then

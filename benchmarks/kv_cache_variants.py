@@ -1,10 +1,10 @@
-"""Chapter 7's measurements of today's cache variants: the time of one cached decode step against the number
+"""Chapter 8's measurements of today's cache variants: the time of one cached decode step against the number
 of key/value heads, against the context with and without a sliding window, and at a long context for
 multi-head, grouped-query, multi-query and multi-head latent attention and an int8 cache; the bytes per
 token each variant's cache buffers hold; and the int8 cache's error over a long decode.
 
 Run from the repository root (a few minutes on a 2-core CPU):  .venv/bin/python benchmarks/kv_cache_variants.py
-The result goes to src/attention_book/data/kv_cache_variants_cpu.json, which chapter 7 reads. Every
+The result goes to src/attention_book/data/kv_cache_variants_cpu.json, which chapter 8 reads. Every
 variant has its own model (the same sizes as the chapter's decoder, random weights: the cost does not
 depend on their values) and its own caches, prefilled with the context; all the variants of a batch size
 are timed in turn in one run, so that the machine's slow moments fall on all of them alike and their

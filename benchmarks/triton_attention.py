@@ -1,4 +1,4 @@
-"""Chapter 8's GPU measurement: the Triton kernel against PyTorch's fused attention, in TFLOP/s.
+"""Chapter 9's GPU measurement: the Triton kernel against PyTorch's fused attention, in TFLOP/s.
 
 Needs a CUDA GPU. Run from the repository root:  python benchmarks/triton_attention.py
 fp16 and bf16, head_dim 64 and 128, T from 1k to 16k, causal and not; model width E = H · d = 2048 and

@@ -1,112 +1,168 @@
-"""Chapter 8's diagrams (tile_schedule.svg), drawn by diagrams/draw.py."""
+"""Chapter 8's diagrams (grouped_query_heads.svg, ring_buffer.svg, block_table.svg, latent_attention.svg), drawn by diagrams/draw.py."""
 
-from matplotlib import patheffects
-from matplotlib.patches import FancyArrowPatch, Rectangle
-
-from primitives import DIAGONAL, FONT, INK, MUTED, SMALL, cell_grid, new_figure, save, text
+from primitives import FONT, INK, MUTED, SMALL, arrow, box, cell_grid, new_figure, save, text
 
 
-FULL, MASKED, SKIPPED = "full", "masked", "skipped"
+def grouped_query_heads(png_dir=None):
+    """Chapter 8: which key/value head each query head reads, for H = 4 and H_kv = 4, 2, 1."""
+    fig, ax = new_figure(10.0, 4.6)
+    text(ax, 0.2, 4.35, "Query heads sharing key/value heads: H = 4 query heads, num_kv_heads = H_kv",
+         size=FONT, ha="left", weight="bold")
+    text(ax, 0.2, 4.05, "query head h reads key/value head h // (H / H_kv); only the key/value heads are cached",
+         size=SMALL, ha="left", color=MUTED)
+    panels = ((4, "multi-head", "num_kv_heads = 4"), (2, "grouped-query", "num_kv_heads = 2"),
+              (1, "multi-query", "num_kv_heads = 1"))
+    w, gap, y_q, y_kv = 0.55, 0.12, 3.25, 1.65
+    for p, (kv_heads, name, setting) in enumerate(panels):
+        left = 0.55 + p * 3.3
+        span = 4 * w + 3 * gap
+        centre = left + span / 2
+        text(ax, centre, 3.8, f"({'abc'[p]}) {name}", size=FONT, weight="bold")
+        group = 4 // kv_heads
+
+        kv_w = (span - (kv_heads - 1) * gap) / kv_heads
+        x_q = [left + w / 2 + h * (w + gap) for h in range(4)]  # centres of the query heads
+        x_kv = [left + kv_w / 2 + g * (kv_w + gap) for g in range(kv_heads)]  # and of the key/value heads
+
+        for h in range(4):
+            box(ax, x_q[h], y_q, w, 0.42, f"q{'₀₁₂₃'[h]}", style="query", size=SMALL, rounded=False)
+            arrow(ax, (x_kv[h // group], y_kv + 0.3), (x_q[h], y_q - 0.22))
+        for g in range(kv_heads):
+            box(ax, x_kv[g], y_kv, kv_w, 0.6, f"k{'₀₁₂₃'[g]}, v{'₀₁₂₃'[g]}", style="key", size=SMALL, rounded=False)
+        text(ax, centre, 1.1, setting, size=SMALL)
+        text(ax, centre, 0.8, f"cache: {kv_heads} head{'s' if kv_heads > 1 else ''} per layer and position",
+             size=SMALL, color=MUTED)
+        text(ax, centre, 0.5, "as large as multi-head" if kv_heads == 4 else f"{4 // kv_heads}× smaller",
+             size=SMALL, color=MUTED)
+    text(ax, 0.2, y_q, "queries", size=SMALL, ha="left", color=MUTED, rotation=90)
+    text(ax, 0.2, y_kv, "keys, values", size=SMALL, ha="left", color=MUTED, rotation=90)
+    save(fig, "grouped_query_heads", png_dir)
 
 
-def tile_kind(i0: int, j0: int, block_q: int, block_k: int, offset: int) -> str:
-    """What `tiled_attention` does with the tile of query rows i0 … and key columns j0 …, as in its loop.
+def ring_buffer(png_dir=None):
+    """Chapter 8: the rolling cache of sliding-window attention, window = 4, just after position 9 is written."""
+    fig, ax = new_figure(10.0, 5.0)
+    window, t, cw, ch, x0 = 4, 9, 0.62, 0.42, 1.9
+    text(ax, 0.2, 4.75, "The rolling cache of a sliding window: window = 4, after the step of position t = 9",
+         size=FONT, ha="left", weight="bold")
+    text(ax, 0.2, 4.45, "position p is written to slot p mod window; the query at t sees t − window + 1 … t, "
+         "exactly what the slots hold", size=SMALL, ha="left", color=MUTED)
 
-    Query i sits at position offset + i (offset = S − T). Key blocks from offset + i0 + block_q on are never
-    visited; a visited block whose last key lies past the block's first query position crosses the diagonal.
-    """
-    if j0 >= offset + i0 + block_q:
-        return SKIPPED
-    return MASKED if j0 + block_k - 1 > offset + i0 else FULL
+    y_pos, y_seq = 3.85, 3.4
+    text(ax, x0 - 0.15, y_pos, "position p", size=SMALL, ha="right", color=MUTED)
+    text(ax, x0 - 0.15, y_seq, "sequence", size=SMALL, ha="right")
+    for p in range(t + 1):
+        x = x0 + (p + 0.5) * cw
+        text(ax, x, y_pos, str(p), size=SMALL, color=MUTED)
+        style = "blocked" if p <= t - window else ("key_strong" if p == t else "key")
+        box(ax, x, y_seq, cw, ch, f"k{str(p).translate(str.maketrans('0123456789', '₀₁₂₃₄₅₆₇₈₉'))}", style=style,
+            size=SMALL, rounded=False)
+    text(ax, x0 + (t + 1) * cw + 0.15, y_seq, "keys (values alike)", size=SMALL, ha="left")
+    text(ax, x0 + (t - window + 1) * cw / 2, y_seq - 0.45, "overwritten: no query reads them again", size=SMALL,
+         color=MUTED)
+    ax.plot([x0 + (t - window + 1) * cw, x0 + (t + 1) * cw], [y_seq - 0.33] * 2, color=INK, linewidth=1.4)
+    text(ax, x0 + (t - window / 2 + 1) * cw, y_seq - 0.5, "the window of query t", size=SMALL)
 
-
-def _draw_tile(ax, x, y_top, kind, c, block_q, block_k, allowed):
-    """One tile of block_q x block_k elements (size c); `allowed(a, b)` says whether element (a, b) may attend."""
-    def style(a, b):
-        if kind == SKIPPED:
-            return "blocked"
-        if kind == FULL:
-            return "query_strong"
-        return "query" if allowed(a, b) else "masked_out"
-
-    cell_grid(ax, x, y_top, block_q, block_k, c, style, linewidth=0.5)
-    ax.add_patch(Rectangle((x, y_top - block_q * c), block_k * c, block_q * c, fill=False, edgecolor=INK,
-                           linewidth=1.5))
-
-
-def _walk_arrow(ax, x_from, x_to, y):
-    """A query block's loop over its key blocks: a dark arrow with a white halo, readable over the tiles."""
-    halo = [patheffects.withStroke(linewidth=4, foreground="white")]
-    ax.add_patch(FancyArrowPatch((x_from, y), (x_to, y), arrowstyle="-|>,head_length=7,head_width=4",
-                                 mutation_scale=1, color=INK, linewidth=1.6, shrinkA=0, shrinkB=0,
-                                 path_effects=halo))
-
-
-def _walk_arrow_down(ax, x, y_from, y_to):
-    """A key block's loop over the query blocks that see it (the backward pass), top to bottom."""
-    halo = [patheffects.withStroke(linewidth=4, foreground="white")]
-    ax.add_patch(FancyArrowPatch((x, y_from), (x, y_to), arrowstyle="-|>,head_length=7,head_width=4",
-                                 mutation_scale=1, color=INK, linewidth=1.6, shrinkA=0, shrinkB=0,
-                                 path_effects=halo))
-
-
-def _tile_panel(ax, x0, y_top, T, S, block, c, title, subtitle, row_note=None, walk="rows"):
-    """The tiles of causal tiled attention for T queries and S keys in blocks of `block` positions; the
-    arrows walk the rows (the forward: query blocks outer) or the columns (the backward: key blocks outer)."""
-    offset = S - T
-    tile = block * c
-    for qb in range(T // block):
-        last = x0
-        for kb in range(S // block):
-            kind = tile_kind(qb * block, kb * block, block, block, offset)
-            _draw_tile(ax, x0 + kb * tile, y_top - qb * tile, kind, c, block, block,
-                       lambda a, b, qb=qb, kb=kb: kb * block + b <= offset + qb * block + a)
-            if kind != SKIPPED:
-                last = x0 + (kb + 1) * tile
-        if walk == "rows":
-            _walk_arrow(ax, x0 + 0.08, last - 0.1, y_top - (qb + 0.75) * tile)  # along the tiles' lower row
-        label = str(qb) if row_note is None else f"{qb}  {row_note(qb)}"
-        text(ax, x0 - 0.12, y_top - (qb + 0.5) * tile, label, size=SMALL, color=MUTED, ha="right")
-    for kb in range(S // block):
-        text(ax, x0 + (kb + 0.5) * tile, y_top + 0.2, str(kb), size=SMALL, color=MUTED)
-        if walk == "columns":  # from the first query block that sees key block kb down to the last
-            first = max(0, kb * block - offset) // block
-            _walk_arrow_down(ax, x0 + (kb + 0.75) * tile, y_top - first * tile - 0.08, y_top - T * c + 0.1)
-    text(ax, x0 - 0.12, y_top + 0.2, "query block", size=SMALL, color=MUTED, ha="right")
-    text(ax, x0 + S * c / 2, y_top + 0.48, "key block", size=SMALL, color=MUTED)
-    text(ax, x0 + S * c / 2, y_top + 1.05, title, size=FONT, weight="bold")
-    text(ax, x0 + S * c / 2, y_top + 0.77, subtitle, size=SMALL, color=MUTED)
-    # The diagonal, key j = S − T + i, through the centres of the last allowed elements.
-    ax.plot([x0 + offset * c, x0 + (offset + T) * c], [y_top, y_top - T * c], color=DIAGONAL, linewidth=1.6,
-            linestyle=(0, (4, 2)), solid_capstyle="butt")
+    y_slot, y_slot_label, sw = 1.75, 2.2, 0.8
+    newest = x0 + (t + 0.5) * cw
+    slot_x0 = newest - (t % window + 0.5) * sw  # the newest position's slot right under it
+    text(ax, slot_x0 - 0.15, y_slot + 0.12, "RingKVCache.keys", size=SMALL, ha="right")
+    text(ax, slot_x0 - 0.15, y_slot - 0.13, "(B, H_kv, window, d_k)", size=SMALL, ha="right", color=MUTED)
+    for slot in range(window):
+        p = t - (t - slot) % window
+        x = slot_x0 + (slot + 0.5) * sw
+        text(ax, x, y_slot_label, f"slot {slot}", size=SMALL, color=MUTED)
+        box(ax, x, y_slot, sw, 0.5, f"p = {p}", style="key_strong" if p == t else "key", size=SMALL,
+            rounded=False, linewidth=2.2 if p == t else 1.0)
+    arrow(ax, (newest, y_seq - ch / 2 - 0.02), (newest, y_slot_label + 0.15))
+    text(ax, newest + 0.1, 2.62, f"write: slot {t} mod {window} = {t % window}", size=SMALL, ha="left")
+    text(ax, slot_x0 + window * sw, y_slot - 0.5, "memory: window positions, however long the sequence", size=SMALL,
+         ha="right")
+    text(ax, 0.2, 0.7, "A decode step attends over the slots in slot order: with no mask, the order of the keys does "
+         "not change the result.", size=SMALL, ha="left")
+    text(ax, 0.2, 0.4, "A prefill of several positions attends over the window − 1 latest old ones and the new ones, "
+         "in position order, under the windowed mask.", size=SMALL, ha="left")
+    save(fig, "ring_buffer", png_dir)
 
 
-def tile_schedule(png_dir=None):
-    """Chapter 8: tiles of tiled attention under a causal mask, for T = S and for T < S (bottom-right)."""
-    fig, ax = new_figure(13.0, 6.3)
-    block, c, top = 2, 0.3, 4.9
-    _tile_panel(ax, 1.25, top, 8, 8, block, c, "(a) causal, T = S = 8", "block_q = block_k = 2 positions")
-    _tile_panel(ax, 6.0, top, 4, 8, block, c, "(b) causal, T = 4 < S = 8", "queries are positions 4 … 7",
-                row_note=lambda qb: f"(positions {4 + 2 * qb}–{5 + 2 * qb})")
-    text(ax, 6.0 + 1.2, top - 1.2 - 0.35, "the diagonal starts S − T = 4 keys", size=SMALL)
-    text(ax, 6.0 + 1.2, top - 1.2 - 0.62, "(2 key blocks) to the right:", size=SMALL)
-    text(ax, 6.0 + 1.2, top - 1.2 - 0.89, "bottom-right alignment, as in chapter 5", size=SMALL)
-    _tile_panel(ax, 10.1, top, 8, 8, block, c, "(c) the backward, T = S = 8", "key blocks outer (FlashAttention-2)",
-                walk="columns")
+def block_table(png_dir=None):
+    """Chapter 8: three sequences of different lengths, their block tables, and the shared pool of blocks."""
+    fig, ax = new_figure(10.0, 5.4, bottom=-0.1)
+    size = 4
+    sequences = (("A", 7, (0, 3), "query"), ("B", 3, (1,), "key"), ("C", 10, (2, 4, 6), "tensor"))
+    text(ax, 0.2, 5.05, "A paged cache: block_size = 4 positions, a block table per sequence, one pool of blocks",
+         size=FONT, ha="left", weight="bold")
+    text(ax, 0.2, 4.75, "position p of a sequence lives in block table[p // 4], at offset p mod 4; the last block "
+         "of each sequence is the only one not full", size=SMALL, ha="left", color=MUTED)
+    cw, ch, x0 = 0.3, 0.36, 0.85
+    text(ax, x0 + 1.8, 4.3, "sequences (positions)", size=SMALL, weight="bold")
+    text(ax, 6.3, 4.3, "block tables", size=SMALL, weight="bold")
+    owner = {}
+    for r, (name, length, blocks, style) in enumerate(sequences):
+        y = 3.75 - r * 0.75
+        text(ax, x0 - 0.15, y, name, size=FONT, ha="right", weight="bold")
+        for p in range(length):
+            box(ax, x0 + (p + 0.5) * cw + (p // size) * 0.12, y, cw, ch, "", style=style, rounded=False,
+                linewidth=0.8)
+        text(ax, 4.35, y, f"{length} positions", size=SMALL, ha="left", color=MUTED)
+        text(ax, 6.3, y, "[" + ", ".join(map(str, blocks)) + "]", size=SMALL)
+        for i, b in enumerate(blocks):
+            owner[b] = (name, i * size, min(length, (i + 1) * size) - 1, style)
+    text(ax, 8.45, 4.3, "the pool: BlockPool(8, 4)", size=SMALL, weight="bold")
+    bw, bh = 1.1, 0.5
+    for b in range(8):
+        x, y = 7.85 + (b % 2) * 1.2, 3.75 - (b // 2) * (bh + 0.12)
+        if b in owner:
+            name, first, last, style = owner[b]
+            box(ax, x, y, bw, bh, f"{b}: {name} {first}–{last}", style=style, size=SMALL, rounded=False)
+        else:
+            box(ax, x, y, bw, bh, f"{b}: free", style="empty", size=SMALL, rounded=False)
+    text(ax, 0.2, 1.1, "Held: 6 blocks = 24 positions for 20 stored; the pool's other 2 blocks are free for any "
+         "sequence. A cache preallocated", size=SMALL, ha="left")
+    text(ax, 0.2, 0.8, "for the longest context would hold 3 × context_length positions. A finished sequence gives "
+         "its blocks back (release),", size=SMALL, ha="left")
+    text(ax, 0.2, 0.5, "and attention gathers each sequence's blocks in table order, padded to the longest, "
+         "with padding masked by position.", size=SMALL, ha="left")
+    text(ax, 0.2, 0.2, "Blocks are taken as sequences grow, so a table's blocks need not be adjacent; 5 and 7 were "
+         "given back by a finished sequence.", size=SMALL, ha="left")
+    save(fig, "block_table", png_dir)
 
-    # Legend: one tile of each kind, the diagonal and the walk.
-    y1, y2, y3 = 1.75, 1.1, 0.45
-    for x, kind, label in ((0.3, FULL, "full: no mask"), (2.55, MASKED, "masked: crosses the diagonal"),
-                           (5.95, SKIPPED, "skipped: never computed")):
-        _draw_tile(ax, x, y1 + c, kind, c, 2, 2, lambda a, b: b <= a)
-        text(ax, x + 2 * c + 0.12, y1, label, size=SMALL, ha="left")
-    ax.plot([0.3, 0.9], [y2, y2], color=DIAGONAL, linewidth=1.6, linestyle=(0, (4, 2)))
-    text(ax, 1.02, y2, "the diagonal: key j = S − T + i (masked tiles set the scores right of it to −∞)",
-         size=SMALL, ha="left")
-    _walk_arrow(ax, 0.3, 0.9, y3)
-    text(ax, 1.02, y3, "(a), (b), the forward: each query block walks its key blocks left to right, keeping a running "
-         "max m, running sum l and output acc;\nit stops after the last tile that touches the diagonal and writes "
-         "acc / l and the log-sum-exp m + log l once. (c), the backward: each key block walks down\nthe query "
-         "blocks that see it, from the diagonal, recomputing P from the log-sum-exp and summing dK and dV in place; "
-         "dQ is added to per tile.", size=SMALL, ha="left", linespacing=1.4)
-    save(fig, "tile_schedule", png_dir)
+
+def latent_attention(png_dir=None):
+    """Chapter 8: multi-head latent attention at a decode step, absorbed form (DeepSeek-V2)."""
+    fig, ax = new_figure(10.0, 5.4)
+    text(ax, 0.2, 5.15, "Multi-head latent attention, one decode step (absorbed form)", size=FONT, ha="left",
+         weight="bold")
+    text(ax, 0.2, 4.85, "the cache holds one latent c and one rotated key k_r per position, shared by all H heads",
+         size=SMALL, ha="left", color=MUTED)
+    # the new token
+    box(ax, 0.85, 2.55, 1.2, 0.6, "x_t\n(B, 1, E)", style="tensor", size=SMALL)
+    # keys: down-projection to the latent and the decoupled rope key
+    box(ax, 2.75, 3.95, 1.7, 0.6, "kv_down\n(W_dkv and W_kr)", style="layer", size=SMALL)
+    arrow(ax, (0.85, 2.85), (1.9, 3.85))
+    box(ax, 4.9, 4.2, 1.9, 0.42, "c_t (B, 1, 1, d_c)", style="key_strong", size=SMALL, rounded=False)
+    box(ax, 4.9, 3.7, 1.9, 0.42, "RoPE → k_r,t (.., d_r)", style="key_strong", size=SMALL, rounded=False)
+    arrow(ax, (3.6, 3.95), (3.95, 3.95))
+    arrow(ax, (5.85, 3.95), (6.45, 3.45), "append", side="right", offset=0.06)
+    # the cache
+    cell = 0.34
+    cell_grid(ax, 6.1, 3.3, 1, 9, cell, lambda i, j: "key_strong" if j == 8 else "key_pale", cell_h=0.34)
+    cell_grid(ax, 6.1, 2.82, 1, 9, cell, lambda i, j: "key_strong" if j == 8 else "key_pale", cell_h=0.22)
+    text(ax, 6.0, 3.13, "c", size=SMALL, ha="right")
+    text(ax, 6.0, 2.71, "k_r", size=SMALL, ha="right")
+    text(ax, 7.63, 2.42, "cache: (B, 1, S, d_c) and (B, 1, S, d_r)", size=SMALL, color=MUTED)
+    text(ax, 7.63, 2.15, "d_c + d_r numbers per position and layer", size=SMALL, color=MUTED)
+    # queries
+    box(ax, 2.75, 1.15, 1.7, 0.6, "q_proj, then W_ukᵀ\n(absorbed)", style="layer", size=SMALL)
+    arrow(ax, (0.85, 2.25), (1.9, 1.25))
+    box(ax, 4.9, 1.4, 1.9, 0.42, "q_lat (B, H, 1, d_c)", style="query", size=SMALL, rounded=False)
+    box(ax, 4.9, 0.9, 1.9, 0.42, "RoPE → q_r (.., d_r)", style="query", size=SMALL, rounded=False)
+    arrow(ax, (3.6, 1.15), (3.95, 1.15))
+    arrow(ax, (5.85, 1.15), (6.6, 2.0))
+    text(ax, 6.2, 1.05, "scores (B, H, 1, S) =\nq_lat · c + q_r · k_r", size=SMALL, ha="left", linespacing=1.3)
+    # output
+    box(ax, 9.0, 1.2, 1.75, 0.6, "softmax, then\nΣ w c (B, H, 1, d_c)", style="tensor", size=SMALL)
+    arrow(ax, (8.0, 2.0), (8.6, 1.5))
+    box(ax, 9.0, 0.35, 1.75, 0.45, "W_o W_uv → (B, 1, E)", style="layer", size=SMALL)
+    arrow(ax, (9.0, 0.9), (9.0, 0.58))
+    save(fig, "latent_attention", png_dir)

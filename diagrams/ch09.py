@@ -1,116 +1,112 @@
-"""Chapter 9's diagrams (rope_rotation.svg, induction_circuit.svg, k_composition_ablation.svg), drawn by diagrams/draw.py."""
+"""Chapter 9's diagrams (tile_schedule.svg), drawn by diagrams/draw.py."""
 
-from matplotlib.patches import FancyArrowPatch
+from matplotlib import patheffects
+from matplotlib.patches import FancyArrowPatch, Rectangle
 
-from primitives import DIAGONAL, FONT, MUTED, SMALL, arrow, box, new_figure, save, text
-
-
-def _vector(ax, origin, angle_deg, length, color, label, label_at=1.18, dashed=False):
-    """An arrow from `origin` at `angle_deg`, `length` inches long, with `label` just past its tip."""
-    import math
-
-    a = math.radians(angle_deg)
-    tip = (origin[0] + length * math.cos(a), origin[1] + length * math.sin(a))
-    ax.add_patch(FancyArrowPatch(origin, tip, arrowstyle="-|>,head_length=7,head_width=4", mutation_scale=1,
-                                 color=color, linewidth=1.0 if dashed else 2.0, shrinkA=0, shrinkB=0,
-                                 linestyle=(0, (3, 2)) if dashed else "solid", alpha=0.6 if dashed else 1.0))
-    text(ax, origin[0] + label_at * length * math.cos(a), origin[1] + label_at * length * math.sin(a), label,
-         size=SMALL, color=color)
+from primitives import DIAGONAL, FONT, INK, MUTED, SMALL, cell_grid, new_figure, save, text
 
 
-def _rope_panel(ax, cx, cy, m, n, theta, q0, k0, title):
-    """One feature pair's plane: q at position m turned by m·θ, k at position n turned by n·θ."""
-    from matplotlib.patches import Arc
-
-    r = 1.25
-    ax.plot([cx - 1.55, cx + 1.55], [cy, cy], color="#bdbdbd", linewidth=0.8)
-    ax.plot([cx, cx], [cy - 1.55, cy + 1.55], color="#bdbdbd", linewidth=0.8)
-    q_blue, k_orange = "#08519c", "#a63603"
-    _vector(ax, (cx, cy), q0, r, q_blue, "q", dashed=True)
-    _vector(ax, (cx, cy), k0, r * 0.8, k_orange, "k", dashed=True)
-    qa, ka = q0 + m * theta, k0 + n * theta
-    _vector(ax, (cx, cy), qa, r, q_blue, f"q turned by {m}θ")
-    _vector(ax, (cx, cy), ka, r * 0.8, k_orange, f"k turned by {n}θ", label_at=1.35)
-    ax.add_patch(Arc((cx, cy), 1.0, 1.0, theta1=min(qa, ka), theta2=max(qa, ka), color=DIAGONAL, linewidth=1.6))
-    text(ax, cx, cy - 1.9, title, size=FONT, weight="bold")
-    text(ax, cx, cy - 2.2, f"angle between them: ({m} − {n})θ + (angle at position 0)", size=SMALL, color=DIAGONAL)
+FULL, MASKED, SKIPPED = "full", "masked", "skipped"
 
 
-def rope_rotation(png_dir=None):
-    """Chapter 9: RoPE turns one feature pair of q by m·θ and of k by n·θ; q·k sees only m − n."""
-    fig, ax = new_figure(9.6, 5.6)
-    theta, q0, k0 = 22.0, 20.0, -40.0
-    text(ax, 4.8, 5.3, "RoPE in the plane of one feature pair (2i, 2i + 1): q at position m, k at position n",
-         size=FONT, weight="bold")
-    text(ax, 4.8, 4.98, "dashed: q and k before the rotation (position 0); solid: turned by position × θ",
-         size=SMALL, color=MUTED)
-    _rope_panel(ax, 2.4, 2.9, 3, 1, theta, q0, k0, "(a) m = 3, n = 1")
-    _rope_panel(ax, 7.2, 2.9, 6, 4, theta, q0, k0, "(b) m = 6, n = 4")
-    text(ax, 4.8, 0.25, "both vectors keep their length; q · k = |q| |k| cos(angle) is the same in (a) and (b): "
-         "it depends on m − n only", size=SMALL)
-    save(fig, "rope_rotation", png_dir)
+def tile_kind(i0: int, j0: int, block_q: int, block_k: int, offset: int) -> str:
+    """What `tiled_attention` does with the tile of query rows i0 … and key columns j0 …, as in its loop.
+
+    Query i sits at position offset + i (offset = S − T). Key blocks from offset + i0 + block_q on are never
+    visited; a visited block whose last key lies past the block's first query position crosses the diagonal.
+    """
+    if j0 >= offset + i0 + block_q:
+        return SKIPPED
+    return MASKED if j0 + block_k - 1 > offset + i0 else FULL
 
 
-def _curved(ax, start, end, color, rad):
-    """A curved arrow from `start` to `end` (rad > 0 bends it to the left of its direction)."""
-    ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>,head_length=7,head_width=4", mutation_scale=1,
-                                 color=color, linewidth=1.8, shrinkA=2, shrinkB=2,
-                                 connectionstyle=f"arc3,rad={rad}"))
+def _draw_tile(ax, x, y_top, kind, c, block_q, block_k, allowed):
+    """One tile of block_q x block_k elements (size c); `allowed(a, b)` says whether element (a, b) may attend."""
+    def style(a, b):
+        if kind == SKIPPED:
+            return "blocked"
+        if kind == FULL:
+            return "query_strong"
+        return "query" if allowed(a, b) else "masked_out"
+
+    cell_grid(ax, x, y_top, block_q, block_k, c, style, linewidth=0.5)
+    ax.add_patch(Rectangle((x, y_top - block_q * c), block_k * c, block_q * c, fill=False, edgecolor=INK,
+                           linewidth=1.5))
 
 
-def induction_circuit(png_dir=None):
-    """Chapter 9: a previous-token head in layer 1 and an induction head in layer 2 copy the token after A."""
-    fig, ax = new_figure(11.0, 4.6)
-    tokens = ["w", "A", "B", "x", "y", "z", "A"]
-    w, gap, y = 0.62, 0.5, 2.35
-    xs = [1.7 + i * (w + gap) for i in range(len(tokens))]
-    for i, (x, token) in enumerate(zip(xs, tokens, strict=True)):
-        style = "query" if i == 6 else ("key_strong" if i == 2 else ("key_pale" if i == 1 else "tensor"))
-        box(ax, x, y, w, 0.5, token, style=style)
-        text(ax, x, y - 0.45, str(i), size=SMALL, color=MUTED)
-    text(ax, xs[0] - 0.55, y, "tokens", size=SMALL, color=MUTED, ha="right")
-    text(ax, xs[0] - 0.55, y - 0.45, "position", size=SMALL, color=MUTED, ha="right")
-    blue, orange = "#08519c", "#a63603"
-    _curved(ax, (xs[2], y + 0.27), (xs[1], y + 0.27), orange, 0.8)  # layer 1: position 2 looks one back
-    text(ax, xs[1] + 0.1, y + 1.05, "layer 1, previous-token head: position 2 attends to position 1", size=SMALL,
-         color=orange, ha="left")
-    text(ax, xs[1] + 0.1, y + 0.78, "and writes \"my previous token is A\" into position 2", size=SMALL,
-         color=orange, ha="left")
-    _curved(ax, (xs[6], y - 0.62), (xs[2], y - 0.62), blue, -0.25)  # layer 2: the second A finds position 2
-    text(ax, (xs[2] + xs[6]) / 2, y - 1.45, "layer 2, induction head: the query A at position 6 matches the key "
-         "that says \"previous token is A\"", size=SMALL, color=blue)
-    text(ax, (xs[2] + xs[6]) / 2, y - 1.72, "(position 2) and copies its token, B, into the prediction",
-         size=SMALL, color=blue)
-    arrow(ax, (xs[6] + w / 2 + 0.05, y), (xs[6] + w / 2 + 0.75, y))
-    box(ax, xs[6] + w / 2 + 1.25, y, 0.95, 0.5, "next: B", style="query_strong")
-    text(ax, 5.5, 4.25, "The induction circuit: after \"A B … A\", predict B", size=FONT, weight="bold")
-    save(fig, "induction_circuit", png_dir)
+def _walk_arrow(ax, x_from, x_to, y):
+    """A query block's loop over its key blocks: a dark arrow with a white halo, readable over the tiles."""
+    halo = [patheffects.withStroke(linewidth=4, foreground="white")]
+    ax.add_patch(FancyArrowPatch((x_from, y), (x_to, y), arrowstyle="-|>,head_length=7,head_width=4",
+                                 mutation_scale=1, color=INK, linewidth=1.6, shrinkA=0, shrinkB=0,
+                                 path_effects=halo))
 
 
-def k_composition_ablation(png_dir=None):
-    """Chapter 9: the path ablation that tests K-composition. Layer 1 head 3's output is taken out of what
-    layer 2 reads for its keys, and only there: queries, values and the logits still see it."""
-    fig, ax = new_figure(12.4, 5.6)
-    y0, y1, y2 = 0.75, 2.75, 4.45
-    box(ax, 1.05, y0, 1.5, 0.62, "tokens\n(B, T)")
-    box(ax, 3.35, y0, 1.75, 0.62, "x0 = embedding\n(B, T, E)")
-    box(ax, 6.0, y0, 2.3, 0.62, "layer 1: heads 0-3\nhead 3: previous token", style="layer")
-    box(ax, 9.05, y0, 2.45, 0.62, "x1 = x0 + layer 1's heads\n(B, T, E)")
-    arrow(ax, (1.8, y0), (2.47, y0))
-    arrow(ax, (4.23, y0), (4.85, y0))
-    arrow(ax, (7.15, y0), (7.82, y0))
-    sides = ((5.2, "query", "queries read LN(x1)"),
-             (8.0, "key_strong", "keys read\nLN(x1 − head 3's output)"),
-             (10.8, "key_pale", "values read LN(x1)"))
-    for x, style, label in sides:
-        box(ax, x, y1, 2.5, 0.72, label, style=style, size=SMALL)
-        arrow(ax, (9.05, y0 + 0.31), (x, y1 - 0.36))
-        arrow(ax, (x, y1 + 0.36), (8.0, y2 - 0.32))
-    box(ax, 8.0, y2, 3.0, 0.64, "layer 2: induction heads\nweights (B, H, T, T)", style="layer")
-    box(ax, 2.75, y2, 3.1, 0.64, "logits (B, T, V) =\nW_U (x1 + layer 2's output)", style="query_strong",
-        size=SMALL)
-    arrow(ax, (6.5, y2), (4.3, y2))
-    text(ax, 2.75, 3.6, "the direct path from head 3 to\nthe logits is kept", size=SMALL, color=MUTED)
-    text(ax, 6.2, 5.3, "K-composition, tested: take head 3's output out of the keys only", size=FONT,
-         weight="bold")
-    save(fig, "k_composition_ablation", png_dir)
+def _walk_arrow_down(ax, x, y_from, y_to):
+    """A key block's loop over the query blocks that see it (the backward pass), top to bottom."""
+    halo = [patheffects.withStroke(linewidth=4, foreground="white")]
+    ax.add_patch(FancyArrowPatch((x, y_from), (x, y_to), arrowstyle="-|>,head_length=7,head_width=4",
+                                 mutation_scale=1, color=INK, linewidth=1.6, shrinkA=0, shrinkB=0,
+                                 path_effects=halo))
+
+
+def _tile_panel(ax, x0, y_top, T, S, block, c, title, subtitle, row_note=None, walk="rows"):
+    """The tiles of causal tiled attention for T queries and S keys in blocks of `block` positions; the
+    arrows walk the rows (the forward: query blocks outer) or the columns (the backward: key blocks outer)."""
+    offset = S - T
+    tile = block * c
+    for qb in range(T // block):
+        last = x0
+        for kb in range(S // block):
+            kind = tile_kind(qb * block, kb * block, block, block, offset)
+            _draw_tile(ax, x0 + kb * tile, y_top - qb * tile, kind, c, block, block,
+                       lambda a, b, qb=qb, kb=kb: kb * block + b <= offset + qb * block + a)
+            if kind != SKIPPED:
+                last = x0 + (kb + 1) * tile
+        if walk == "rows":
+            _walk_arrow(ax, x0 + 0.08, last - 0.1, y_top - (qb + 0.75) * tile)  # along the tiles' lower row
+        label = str(qb) if row_note is None else f"{qb}  {row_note(qb)}"
+        text(ax, x0 - 0.12, y_top - (qb + 0.5) * tile, label, size=SMALL, color=MUTED, ha="right")
+    for kb in range(S // block):
+        text(ax, x0 + (kb + 0.5) * tile, y_top + 0.2, str(kb), size=SMALL, color=MUTED)
+        if walk == "columns":  # from the first query block that sees key block kb down to the last
+            first = max(0, kb * block - offset) // block
+            _walk_arrow_down(ax, x0 + (kb + 0.75) * tile, y_top - first * tile - 0.08, y_top - T * c + 0.1)
+    text(ax, x0 - 0.12, y_top + 0.2, "query block", size=SMALL, color=MUTED, ha="right")
+    text(ax, x0 + S * c / 2, y_top + 0.48, "key block", size=SMALL, color=MUTED)
+    text(ax, x0 + S * c / 2, y_top + 1.05, title, size=FONT, weight="bold")
+    text(ax, x0 + S * c / 2, y_top + 0.77, subtitle, size=SMALL, color=MUTED)
+    # The diagonal, key j = S − T + i, through the centres of the last allowed elements.
+    ax.plot([x0 + offset * c, x0 + (offset + T) * c], [y_top, y_top - T * c], color=DIAGONAL, linewidth=1.6,
+            linestyle=(0, (4, 2)), solid_capstyle="butt")
+
+
+def tile_schedule(png_dir=None):
+    """Chapter 9: tiles of tiled attention under a causal mask, for T = S and for T < S (bottom-right)."""
+    fig, ax = new_figure(13.0, 6.3)
+    block, c, top = 2, 0.3, 4.9
+    _tile_panel(ax, 1.25, top, 8, 8, block, c, "(a) causal, T = S = 8", "block_q = block_k = 2 positions")
+    _tile_panel(ax, 6.0, top, 4, 8, block, c, "(b) causal, T = 4 < S = 8", "queries are positions 4 … 7",
+                row_note=lambda qb: f"(positions {4 + 2 * qb}–{5 + 2 * qb})")
+    text(ax, 6.0 + 1.2, top - 1.2 - 0.35, "the diagonal starts S − T = 4 keys", size=SMALL)
+    text(ax, 6.0 + 1.2, top - 1.2 - 0.62, "(2 key blocks) to the right:", size=SMALL)
+    text(ax, 6.0 + 1.2, top - 1.2 - 0.89, "bottom-right alignment, as in chapter 5", size=SMALL)
+    _tile_panel(ax, 10.1, top, 8, 8, block, c, "(c) the backward, T = S = 8", "key blocks outer (FlashAttention-2)",
+                walk="columns")
+
+    # Legend: one tile of each kind, the diagonal and the walk.
+    y1, y2, y3 = 1.75, 1.1, 0.45
+    for x, kind, label in ((0.3, FULL, "full: no mask"), (2.55, MASKED, "masked: crosses the diagonal"),
+                           (5.95, SKIPPED, "skipped: never computed")):
+        _draw_tile(ax, x, y1 + c, kind, c, 2, 2, lambda a, b: b <= a)
+        text(ax, x + 2 * c + 0.12, y1, label, size=SMALL, ha="left")
+    ax.plot([0.3, 0.9], [y2, y2], color=DIAGONAL, linewidth=1.6, linestyle=(0, (4, 2)))
+    text(ax, 1.02, y2, "the diagonal: key j = S − T + i (masked tiles set the scores right of it to −∞)",
+         size=SMALL, ha="left")
+    _walk_arrow(ax, 0.3, 0.9, y3)
+    text(ax, 1.02, y3, "(a), (b), the forward: each query block walks its key blocks left to right, keeping a running "
+         "max m, running sum l and output acc;\nit stops after the last tile that touches the diagonal and writes "
+         "acc / l and the log-sum-exp m + log l once. (c), the backward: each key block walks down\nthe query "
+         "blocks that see it, from the diagonal, recomputing P from the log-sum-exp and summing dK and dV in place; "
+         "dQ is added to per tile.", size=SMALL, ha="left", linespacing=1.4)
+    save(fig, "tile_schedule", png_dir)

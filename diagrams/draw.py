@@ -1,4 +1,4 @@
-"""Explanatory diagrams for chapters 1-9 of "Attention from scratch", drawn with matplotlib.
+"""Explanatory diagrams for chapters 1-11 of "Attention from scratch", drawn with matplotlib.
 
 Writes one SVG per diagram into chapters/figures/:
 
@@ -9,15 +9,15 @@ Writes one SVG per diagram into chapters/figures/:
     causal_mask_alignments.svg       (chapter 5)  is_causal=True (top-left) against causal_mask(T, S) (bottom-right)
     keras_decoder_flow.svg           (chapter 6)  the Keras decoder's data flow, with the saved weights' h5 names
     kv_cache_decode_step.svg         (chapter 7)  one decode step: what is computed, what is read from the cache
-    tile_schedule.svg                (chapter 8)  which tiles tiled attention computes fully, masks or skips
-    rope_rotation.svg                (chapter 9)  RoPE turns a q/k feature pair by its position; the angle sees m − n
-    induction_circuit.svg            (chapter 9)  a previous-token head and an induction head copy the token after A
-    k_composition_ablation.svg       (chapter 9)  the path ablation: head 3's output taken out of layer 2's keys only
+    tile_schedule.svg                (chapter 9)  which tiles tiled attention computes fully, masks or skips
+    rope_rotation.svg                (chapter 10)  RoPE turns a q/k feature pair by its position; the angle sees m − n
+    induction_circuit.svg            (chapter 11)  a previous-token head and an induction head copy the token after A
+    k_composition_ablation.svg       (chapter 11)  the path ablation: head 3's output taken out of layer 2's keys only
     transformer_block.svg            (chapter 3)  where multi-head attention sits in a transformer block
     encoder_decoder.svg              (chapter 4)  an encoder-decoder: the encoder's keys and values serve every step
-    latent_attention.svg             (chapter 7)  multi-head latent attention at a decode step, absorbed form
+    latent_attention.svg             (chapter 8)  multi-head latent attention at a decode step, absorbed form
 
-Each chapter's drawings live in a module of their own, diagrams/ch01.py ... ch09.py, beside the shared
+Each chapter's drawings live in a module of their own, diagrams/ch01.py ... ch11.py, beside the shared
 primitives (diagrams/primitives.py: palette, boxes, arrows, the layout check, deterministic saving);
 this script lists them all and draws them.
 
@@ -26,6 +26,10 @@ Run from the repository root:
     .venv/bin/python diagrams/draw.py                        # the SVGs only
     .venv/bin/python diagrams/draw.py --png-dir /tmp/diagrams  # and a PNG copy of each, to look at
 
+Then every chapter notebook that shows a diagram as `attachment:name.svg` (issue 40: Colab loads no
+relative path) gets the new SVG in its cell's attachments, so the notebook alone shows every diagram;
+tests/test_diagrams.py checks they are byte-identical to chapters/figures.
+
 The SVGs are byte-for-byte the same on every run (fixed hash salt, no date, no randomness), so a diff
 shows only real changes. Every diagram is drawn on an axes that fills the figure with one data unit per
 inch, so positions and sizes below are in inches. Before saving, `check_layout` fails if any text leaves
@@ -33,7 +37,10 @@ the figure or overlaps other text.
 """
 
 import argparse
+import sys
 from pathlib import Path
+
+import nbformat
 
 from ch01 import embedding_lookup
 from ch02 import scaled_dot_product_attention
@@ -41,10 +48,15 @@ from ch03 import multihead_split_merge, transformer_block
 from ch04 import cross_attention, encoder_decoder
 from ch05 import causal_mask_alignments
 from ch06 import keras_decoder_flow
-from ch07 import block_table, grouped_query_heads, kv_cache_decode_step, latent_attention, ring_buffer
-from ch08 import tile_schedule
-from ch09 import induction_circuit, k_composition_ablation, rope_rotation
+from ch07 import kv_cache_decode_step
+from ch08 import block_table, grouped_query_heads, latent_attention, ring_buffer
+from ch09 import tile_schedule
+from ch10 import rope_rotation
+from ch11 import induction_circuit, k_composition_ablation
 from primitives import FIGURES, plt
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # the package, also when not installed
+from attention_book.notebook_form import attach_figures  # noqa: E402
 
 DIAGRAMS = (embedding_lookup, scaled_dot_product_attention, multihead_split_merge, cross_attention, causal_mask_alignments, keras_decoder_flow, kv_cache_decode_step, grouped_query_heads, ring_buffer, block_table, tile_schedule, rope_rotation, induction_circuit, k_composition_ablation, transformer_block, encoder_decoder, latent_attention)
 
@@ -60,6 +72,17 @@ def main():
         if not args.names or draw.__name__ in args.names:
             draw(args.png_dir)
             print(f"wrote {args.out / draw.__name__}.svg")
+    if args.out.resolve() == FIGURES.resolve():
+        sync_attachments(FIGURES.parent)
+
+
+def sync_attachments(chapters: Path) -> None:
+    """Refresh the diagrams attached to the chapter notebooks' markdown cells from chapters/figures."""
+    for path in sorted(chapters.glob("*.ipynb")):
+        notebook = nbformat.read(path, as_version=4)
+        if attach_figures(notebook, chapters / "figures"):
+            nbformat.write(notebook, path)
+            print(f"updated the diagrams attached to {path}")
 
 
 if __name__ == "__main__":

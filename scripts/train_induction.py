@@ -1,9 +1,9 @@
-"""Chapter 9's training run: the attention-only transformer on repeated random tokens, three ways.
+"""Chapter 11's training run: the attention-only transformer on repeated random tokens, three ways.
 
 Learned absolute positions, rotary positions (RoPE) and no positions at all, each trained from the same
 seed on the same batches, then measured on a fixed evaluation batch. The weights go to
 src/attention_book/data/induction_<positions>.pt (plain state_dicts, loaded with weights_only=True) and the
-loss curves and metrics, with the machine, to src/attention_book/data/induction.json, which chapter 9 reads.
+loss curves and metrics, with the machine, to src/attention_book/data/induction.json, which chapter 11 reads.
 Run from the repository root (about 70 s on 2 CPU cores):  .venv/bin/python scripts/train_induction.py
 With --measure-only it trains nothing: it measures the stored weights again with today's `evaluate` and
 rewrites only the metrics in induction.json (the weights, curves and times stay as they are).

@@ -1,4 +1,4 @@
-"""Chapter 9's length-generalisation run: two more position schemes, and every scheme on longer sequences.
+"""Chapter 11's length-generalisation run: two more position schemes, and every scheme on longer sequences.
 
 Trains the attention-only model with sinusoidal positions and with ALiBi, from the same seed, on the same
 batches and with the same settings as scripts/train_induction.py (whose three stored models, learned,

@@ -8,12 +8,12 @@ from pathlib import Path
 import torch
 import yaml
 
-# Chapter 8's Triton kernel is tested in Triton's interpreter when there is no GPU; the switch is read
+# Chapter 9's Triton kernel is tested in Triton's interpreter when there is no GPU; the switch is read
 # when triton is imported.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-# TensorFlow (chapter 6) and triton (chapter 8) each bundle LLVM. Imported in that order into one
+# TensorFlow (chapter 6) and triton (chapter 9) each bundle LLVM. Imported in that order into one
 # process, LLVM aborts it ("inconsistency in registered CommandLine options"); triton first works.
 try:
     import triton  # noqa: F401

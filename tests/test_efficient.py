@@ -1,4 +1,4 @@
-"""Chapter 8: online softmax equals softmax; tiled attention equals the naive form and stores far less."""
+"""Chapter 9: online softmax equals softmax; tiled attention equals the naive form and stores far less."""
 
 import sys
 
@@ -266,7 +266,7 @@ def test_forward_saves_the_log_sum_exp():
     torch.testing.assert_close(lse, expected, rtol=1e-12, atol=1e-12)
 
 
-# Split-KV decoding (flash-decoding) with chapter 7's caches.
+# Split-KV decoding (flash-decoding) with the caches of chapters 7 and 8.
 
 @pytest.mark.parametrize("num_splits", [1, 3, 8, 50])
 @pytest.mark.parametrize("cache_kind", ["full", "ring", "gqa", "ring-gqa"])

@@ -302,7 +302,7 @@ CALLS_THE_REFERENCE = {
     "ch4.masked_loss": "import torch\nimport torch.nn.functional as F\n\n\ndef masked_loss_by_hand(logits, labels, lengths):\n"
                        "    real = torch.arange(labels.shape[1]) < lengths[:, None]\n"
                        "    return F.cross_entropy(logits[real], labels[real])\n",
-    "ch8.merge_partials": "from attention_book.efficient import merge_partials as merge\n\n\n"
+    "ch9.merge_partials": "from attention_book.efficient import merge_partials as merge\n\n\n"
                           "def merge_partials(m_a, l_a, acc_a, m_b, l_b, acc_b):\n"
                           "    return merge(m_a, l_a, acc_a, m_b, l_b, acc_b)\n",
     "ch4.padded_attention": "import torch\nimport torch.nn.functional as F\n\n\n"
@@ -323,31 +323,31 @@ CALLS_THE_REFERENCE = {
                             "('bias', bias))}\n"
                             "    w.update(output_kernel=kernel.transpose(1, 2, 0), output_bias=0)\n"
                             "    linear = keras_attention_map(w)\n    return linear['q_proj.weight'], linear['q_proj.bias']\n",
-    "ch7.cache_size": "from attention_book.kv_cache import kv_cache_bytes\n\n\n"
+    "ch8.cache_size": "from attention_book.kv_cache import kv_cache_bytes\n\n\n"
                       "def kv_cache_size(layers, kv_heads, head_dim, length, per_value, batch, window):\n"
                       "    held = length if window is None else min(length, window)\n"
                       "    return kv_cache_bytes(layers, kv_heads, head_dim, held, per_value, batch=batch)\n",
-    "ch7.ring_slots": "from attention_book.kv_cache import RingKVCache\n\n\ndef ring_slots(length, window):\n"
+    "ch8.ring_slots": "from attention_book.kv_cache import RingKVCache\n\n\ndef ring_slots(length, window):\n"
                       "    return RingKVCache(window).slot_positions(length)\n",
     "ch7.decode_step": "import torch\nimport torch.nn.functional as F\n\n\n"
                        "def decode_step(q, k_new, v_new, k_cache, v_cache):\n"
                        "    keys, values = torch.cat([k_cache, k_new], -2), torch.cat([v_cache, v_new], -2)\n"
                        "    return F.scaled_dot_product_attention(q, keys, values), keys, values\n",
-    "ch8.running_max_and_sum": "from attention_book.efficient import online_softmax\n\n\n"
+    "ch9.running_max_and_sum": "from attention_book.efficient import online_softmax\n\n\n"
                                "def running_max_and_sum(x, block):\n    return x.max(), 1 / online_softmax(x, block).max()\n",
-    "ch8.tiled_attention": "from attention_book.efficient import tiled_attention\n\n\n"
+    "ch9.tiled_attention": "from attention_book.efficient import tiled_attention\n\n\n"
                            "def tiled_attention_by_hand(q, k, v, block):\n"
                            "    return tiled_attention(q, k, v, block_q=block, block_k=block)\n",
-    "ch9.rope_half": "import torch\n\nfrom attention_book.positions import apply_rope\n\n\ndef rope_half(x):\n"
+    "ch10.rope_half": "import torch\n\nfrom attention_book.positions import apply_rope\n\n\ndef rope_half(x):\n"
                      "    d = x.shape[-1]\n    y = apply_rope(torch.stack([x[:, :d // 2], x[:, d // 2:]], -1).flatten(-2))\n"
                      "    return torch.cat([y[:, 0::2], y[:, 1::2]], -1)\n",
-    "ch9.previous_token_score": "import torch\n\nfrom attention_book.induction import previous_token_score\n\n\n"
+    "ch11.previous_token_score": "import torch\n\nfrom attention_book.induction import previous_token_score\n\n\n"
                                 "def previous_token_score_by_hand(q, k):\n    T = q.shape[-2]\n"
                                 "    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5\n"
                                 "    allowed = torch.ones(T, T, dtype=torch.bool).tril()\n"
                                 "    weights = torch.softmax(scores.masked_fill(~allowed, float('-inf')), -1)\n"
                                 "    return previous_token_score(weights[None])\n",
-    "ch9.sinusoidal_shift": "from attention_book.positions import sinusoidal_shift\n\n\n"
+    "ch10.sinusoidal_shift": "from attention_book.positions import sinusoidal_shift\n\n\n"
                             "def shift_by_hand(offset, width):\n    return sinusoidal_shift(offset, width)\n",
 }
 

@@ -1,4 +1,4 @@
-"""Grouped-query and multi-query attention (chapter 7): equal to PyTorch's GQA and to multi-head attention
+"""Grouped-query and multi-query attention (chapter 8): equal to PyTorch's GQA and to multi-head attention
 with repeated key/value weights; cached decoding equals full recomputation; the cache shrinks H / H_kv times."""
 
 import pytest

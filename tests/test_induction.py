@@ -1,4 +1,4 @@
-"""Chapter 9's trained heads: the stored weights reproduce the stored metrics, training is deterministic,
+"""Chapter 11's trained heads: the stored weights reproduce the stored metrics, training is deterministic,
 and the task, the scores and the cached forward pass mean what the chapter says."""
 
 import json
@@ -288,7 +288,7 @@ def paged_forward(model, tokens, prompt_lengths, steps):
 
 @pytest.mark.parametrize("positions", POSITION_KINDS)
 def test_a_paged_cache_with_sequences_of_different_lengths_equals_full_recomputation(positions):
-    """Each sequence at its own positions (RoPE, ALiBi, absolute), padding masked: chapter 7's rule."""
+    """Each sequence at its own positions (RoPE, ALiBi, absolute), padding masked: chapter 8's rule."""
     model = AttentionOnly(InductionConfig(positions=positions)).eval()
     tokens, _ = repeated_tokens(2, model.config, torch.Generator().manual_seed(4))
     lengths, steps = (9, 4), 5

@@ -1,4 +1,4 @@
-"""Sliding-window attention with a rolling cache, and the paged cache (chapter 7): each proven equal to full
+"""Sliding-window attention with a rolling cache, and the paged cache (chapter 8): each proven equal to full
 recomputation at every step, with positions, memory and errors checked."""
 
 import pytest

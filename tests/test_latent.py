@@ -1,4 +1,4 @@
-"""Multi-head latent attention (chapter 7): the cached decode equals full recomputation at every step, the
+"""Multi-head latent attention (chapter 8): the cached decode equals full recomputation at every step, the
 absorbed form equals the plain one, and the cache holds one latent and one rope key per position."""
 
 import copy

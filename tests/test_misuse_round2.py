@@ -376,7 +376,7 @@ def induction_model():
                                          positions="rope")).eval()
 
 
-def test_chapter_nines_model_checks_its_caches_and_tokens():
+def test_the_trained_heads_model_checks_its_caches_and_tokens():
     model, tokens = induction_model(), torch.tensor([[1, 2, 3, 4, 5, 6]])
     with torch.no_grad():  # a ring sets the window of a layer without one: a prefill saw past it before
         steps = decode_one_by_one(model, tokens, [RingKVCache(2, sinks=1) for _ in range(2)])
@@ -396,7 +396,7 @@ def test_chapter_nines_model_checks_its_caches_and_tokens():
         decode_one_by_one(windowed.eval(), tokens, [RingKVCache(2) for _ in range(2)])
 
 
-def test_chapter_nines_scores_check_their_shapes():
+def test_the_trained_heads_scores_check_their_shapes():
     tokens = torch.tensor([[1, 2, 1, 2], [3, 4, 3, 4]])
     with pytest.raises(ValueError, match="weights"):  # (H, T, T) was averaged into one number
         previous_token_score(torch.rand(2, 4, 4))
@@ -418,7 +418,7 @@ def keras_weights():
             "dense_kernel": rng.normal(size=(E, V)), "dense_bias": np.zeros(V)}
 
 
-def test_chapter_sixs_decoder_takes_only_a_full_cache():
+def test_the_numpy_decoder_takes_only_a_full_cache():
     w, tokens = keras_weights(), np.array([[1, 2, 3, 4]])
     with pytest.raises(ValueError, match="cache"):
         decoder_forward(w, tokens[:, :1], RingKVCache(2))

@@ -1,4 +1,4 @@
-"""Chapter 9's positions: sinusoidal shifts are rotations, RoPE is relative, agrees with the complex form,
+"""Chapter 10's positions: sinusoidal shifts are rotations, RoPE is relative, agrees with the complex form,
 and works with a KV cache."""
 
 import math
@@ -120,7 +120,7 @@ def test_bad_input_names_the_shapes():
 
 
 def test_the_rotate_half_pairing_is_rope_on_reordered_features():
-    """The reference of chapter 9's graded exercise (Hugging Face's pairing, i with i + d/2) is this book's RoPE
+    """The reference of chapter 10's graded exercise (Hugging Face's pairing, i with i + d/2) is this book's RoPE
     applied to the features reordered into adjacent pairs."""
     from attention_book.course.checks import rope_half_reference
 
@@ -130,10 +130,10 @@ def test_the_rotate_half_pairing_is_rope_on_reordered_features():
     torch.testing.assert_close(rope_half_reference(rope_half_reference(x), direction=-1), x)  # turned back
 
 
-# One rule of positions (issue 30): per-sequence positions, as chapter 7's caches give them.
+# One rule of positions (issue 30): per-sequence positions, as the caches of chapters 7 and 8 give them.
 
 def attend(q, k, v, query_positions, key_positions, window=None):
-    """Softmax attention with the mask from positions (chapter 7's rule): q (B, H, T, d), k, v (B, H, S, d)."""
+    """Softmax attention with the mask from positions (chapter 8's rule): q (B, H, T, d), k, v (B, H, S, d)."""
     from attention_book.causal import position_mask
 
     mask = position_mask(query_positions, key_positions, window)  # (T, S) or (B, T, S)

@@ -1,4 +1,4 @@
-"""Attention sinks on the ring (StreamingLLM) and the int8 cache (chapter 7): the ring with sinks equals
+"""Attention sinks on the ring (StreamingLLM) and the int8 cache (chapter 8): the ring with sinks equals
 full recomputation under the sinks-and-window mask at every step; the int8 cache stays within its bound."""
 
 import pytest

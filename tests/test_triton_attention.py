@@ -1,4 +1,4 @@
-"""Chapter 8: the Triton kernel equals PyTorch's attention. On a CUDA machine it runs compiled; elsewhere
+"""Chapter 9: the Triton kernel equals PyTorch's attention. On a CUDA machine it runs compiled; elsewhere
 the same kernel runs in Triton's interpreter (TRITON_INTERPRET=1, set by conftest.py before triton loads)."""
 
 import pytest
@@ -105,7 +105,7 @@ def test_offsets_past_two_to_the_31():
     torch.testing.assert_close(out[:, -1:], last, rtol=2e-3, atol=2e-3)
 
 
-# The backward kernels (issue 32): gradients equal to chapter 8's PyTorch backward (tiled_attention, proven by
+# The backward kernels (issue 32): gradients equal to chapter 9's PyTorch backward (tiled_attention, proven by
 # gradcheck in test_efficient.py). Tiny shapes: the interpreter runs every program instance in Python.
 GRAD_TOLERANCE = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
 

@@ -13,7 +13,7 @@ def causal_mask(num_queries: int, num_keys: int | None = None, device=None, wind
     With fewer queries than keys (T < S, as with a KV cache) the queries are the *last* T positions, so
     query i sits at position S − T + i and sees keys 0 … S − T + i. `is_causal=True` in
     `F.scaled_dot_product_attention` aligns the triangle at the top left instead, which is wrong here.
-    With a `window` (sliding-window attention, chapter 7) query i sees only itself and the window − 1
+    With a `window` (sliding-window attention, chapter 8) query i sees only itself and the window − 1
     positions before it: keys S − T + i − window + 1 … S − T + i.
     """
     num_keys = num_queries if num_keys is None else num_keys
@@ -32,8 +32,8 @@ def causal_mask(num_queries: int, num_keys: int | None = None, device=None, wind
 def position_mask(query_positions: torch.Tensor, key_positions: torch.Tensor,
                   window: int | None = None, sinks: int = 0):
     """True where a query at position p may attend to a key at position s:
-    s ≤ p, and s > p − window (chapter 7). With `sinks` (attention sinks,
-    chapter 7) the first `sinks` positions stay visible to every query.
+    s ≤ p, and s > p − window (chapter 8). With `sinks` (attention sinks,
+    chapter 8) the first `sinks` positions stay visible to every query.
 
     `causal_mask` for keys that are not simply 0 … S − 1: a ring buffer's
     slots, or a batch of sequences of different lengths padded to one
@@ -83,8 +83,8 @@ class CausalSelfAttention(nn.Module):
     """Multi-head self-attention under a causal mask, with dropout on the weights (chapter 5).
 
     Built on chapter 3's `MultiHeadAttention`; x (B, T, E) -> (B, T, E). With a `window` each position
-    sees only itself and the window − 1 before it (sliding-window attention, chapter 7), and with `sinks`
-    also the first `sinks` positions (attention sinks, chapter 7).
+    sees only itself and the window − 1 before it (sliding-window attention, chapter 8), and with `sinks`
+    also the first `sinks` positions (attention sinks, chapter 8).
     """
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,

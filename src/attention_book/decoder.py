@@ -189,7 +189,7 @@ def cached_vs_full(model: Decoder, tokens: torch.Tensor, prefill: int = 1) -> li
 def generate_paged(model: Decoder, prompts: list[torch.Tensor], max_new_tokens: int, block_size: int = 16,
                    num_blocks: int | None = None, temperature: float = 0.0,
                    generator: torch.Generator | None = None) -> tuple[list[torch.Tensor], list[PagedKVCache]]:
-    """Continue B prompts of different lengths (each (T0_b,)) in one batch, with paged caches (chapter 7).
+    """Continue B prompts of different lengths (each (T0_b,)) in one batch, with paged caches (chapter 8).
 
     Each prompt is prefilled alone into its own blocks; then every step decodes one token for all B
     sequences at once, each at its own position. Returns the sequences (T0_b + max_new_tokens,) and the
@@ -221,7 +221,7 @@ def generate_paged(model: Decoder, prompts: list[torch.Tensor], max_new_tokens: 
 def decode_one_by_one(model, tokens: torch.Tensor, caches: list) -> torch.Tensor:
     """Feed `tokens` (B, T) through `caches` one position at a time; the logits of every step (B, T, V).
 
-    Works for any model called as model(tokens, caches=...), chapter 9's too (its first output is taken).
+    Works for any model called as model(tokens, caches=...), chapter 11's too (its first output is taken).
     """
     if caches is None:
         raise ValueError("caches must be given (model.new_caches()): without them each position would "

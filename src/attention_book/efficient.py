@@ -1,5 +1,5 @@
 """Exact attention without the T × S score matrix: online softmax, tiling,
-the backward pass and split-KV decoding (chapter 8).
+the backward pass and split-KV decoding (chapter 9).
 
 Milakov & Gimelshein (2018), "Online normalizer calculation for softmax";
 Dao et al. (2022), "FlashAttention"; Dao (2023), "FlashAttention-2".
@@ -17,7 +17,7 @@ from .causal import causal_mask
 
 def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
     """Softmax over the last axis, reading it `block_size` entries at a time
-    (chapter 8).
+    (chapter 9).
 
     Keeps a running maximum m and a running sum l of exp(x − m); when a block
     raises the maximum, the sum so far is rescaled by exp(m_old − m_new). One
@@ -39,7 +39,7 @@ def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
 
 def finite_or_zero(m: torch.Tensor) -> torch.Tensor:
     """The running maximum to subtract in the exponentials: −∞ (every score
-    so far masked) becomes 0, as in FlashAttention (chapter 8).
+    so far masked) becomes 0, as in FlashAttention (chapter 9).
 
     Otherwise exp(m − m_new) would be exp(−∞ + ∞) = NaN for a row whose
     first blocks are all masked (padding, a sliding window); with 0 the
@@ -51,7 +51,7 @@ def finite_or_zero(m: torch.Tensor) -> torch.Tensor:
 
 def online_attention_states(scores: torch.Tensor, values: torch.Tensor,
                             block_size: int):
-    """One query's attention read `block_size` keys at a time (chapter 8's
+    """One query's attention read `block_size` keys at a time (chapter 9's
     tiles, for one row, as the interactive step-through shows them): yields
     (start, stop, m, l, acc) after each tile, with the running maximum m,
     the running sum l of exp(score − m) and the accumulator
@@ -94,7 +94,7 @@ def tiled_attention(query, key, value, causal: bool = False,
                     block_q: int = 256, block_k: int = 256, mask=None):
     """Exact attention computed block by block with online softmax; never
     more than (block_q, block_k) scores per head at once, forward or
-    backward (chapter 8).
+    backward (chapter 9).
 
     query (..., T, d_k), key (..., S, d_k), value (..., S, d_v) ->
     (..., T, d_v). With `causal`, the queries are the last T of S positions
@@ -119,7 +119,7 @@ def tiled_attention(query, key, value, causal: bool = False,
 def tiled_attention_forward(query, key, value, causal=False, block_q=256,
                             block_k=256, mask=None):
     """The forward pass of `tiled_attention` -> (output (..., T, d_v), the
-    log-sum-exp of each row's scores (..., T), natural log) (chapter 8).
+    log-sum-exp of each row's scores (..., T), natural log) (chapter 9).
 
     16-bit inputs are multiplied a tile at a time in float32, and the
     running max, sum and output stay in float32, as FlashAttention and
@@ -138,7 +138,7 @@ def tiled_attention_forward(query, key, value, causal=False, block_q=256,
     # m, l, p are in base 2. Same result, but on x86 CPUs torch.exp is
     # several times slower for every input below about −88, the masked −∞
     # among them; torch.exp2 slows far less, and only for finite inputs
-    # below −126 (chapter 8 times both).
+    # below −126 (chapter 9 times both).
     scale = math.log2(math.e) / math.sqrt(d_k)
     offset = S - T  # query i sits at position offset + i
     for i in range(0, T, block_q):
@@ -172,7 +172,7 @@ def tiled_attention_backward(grad_output, query, key, value, output, lse,
                              causal=False, block_q=256, block_k=256,
                              mask=None):
     """dQ, dK, dV of `tiled_attention` from its output and row log-sum-exp
-    alone (chapter 8; FlashAttention-2's backward, Dao, 2023).
+    alone (chapter 9; FlashAttention-2's backward, Dao, 2023).
 
     With P = softmax(S), dO the output's gradient and D = rowsum(dO ∘ O):
     dV = Pᵀ dO, dP = dO Vᵀ, dS = P ∘ (dP − D), dQ = dS K / √d_k and
@@ -229,7 +229,7 @@ def tiled_attention_backward(grad_output, query, key, value, output, lse,
 class TiledAttention(torch.autograd.Function):
     """`tiled_attention` for autograd: the forward saves the inputs, the
     output and the row log-sum-exp, never the (T, S) weights; the backward
-    recomputes them a tile at a time (chapter 8). Differentiable once: a second derivative is refused."""
+    recomputes them a tile at a time (chapter 9). Differentiable once: a second derivative is refused."""
 
     @staticmethod
     def forward(ctx, query, key, value, causal, block_q, block_k, mask):
@@ -253,7 +253,7 @@ class TiledAttention(torch.autograd.Function):
 
 def statistics_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype of the running max, sum and output: float32 for 16-bit
-    inputs, else the input's own (chapter 8)."""
+    inputs, else the input's own (chapter 9)."""
     if dtype in (torch.float16, torch.bfloat16):
         return torch.float32
     return dtype
@@ -304,7 +304,7 @@ def apply_mask_in_base_2(scores: torch.Tensor, mask: torch.Tensor) -> None:
 
 
 def validate_one_row(scores, values) -> None:
-    """One query's scores (S,) and the values (S, d_v) they weigh (chapter 8)."""
+    """One query's scores (S,) and the values (S, d_v) they weigh (chapter 9)."""
     for name, t, rank in (("scores", scores, 1), ("values", values, 2)):
         if not isinstance(t, torch.Tensor) or t.dim() != rank:
             got = f"shape {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
@@ -317,7 +317,7 @@ def validate_one_row(scores, values) -> None:
 
 
 def validate_constant_mask(mask) -> None:
-    """`TiledAttention` gives a float mask no gradient: a mask that asks for one is refused (chapter 8)."""
+    """`TiledAttention` gives a float mask no gradient: a mask that asks for one is refused (chapter 9)."""
     if mask is not None and mask.requires_grad:
         raise ValueError("mask requires grad, but tiled_attention gives a float mask no gradient: pass "
                          "mask.detach(), or use chapter 2's scaled_dot_product_attention to learn a bias")
@@ -325,7 +325,7 @@ def validate_constant_mask(mask) -> None:
 
 def validate_partials(*partials) -> None:
     """Two chunks' (m, l, acc): tensors of one floating dtype and device, m and l of one shape (..., 1)
-    and acc (..., d_v) with the same leading axes (chapter 8)."""
+    and acc (..., d_v) with the same leading axes (chapter 9)."""
     names = ("m_a", "l_a", "acc_a", "m_b", "l_b", "acc_b")
     for name, t in zip(names, partials, strict=True):
         if not isinstance(t, torch.Tensor):
@@ -341,7 +341,7 @@ def validate_partials(*partials) -> None:
 
 def validate_block_size(size: int, name: str) -> None:
     """A block size must be a positive int; the error names the argument
-    (chapter 8)."""
+    (chapter 9)."""
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"{name} must be a positive integer, got {size!r}")
 
@@ -353,12 +353,12 @@ def validate_block_size(size: int, name: str) -> None:
 def split_kv_attention(query, key, value, num_splits: int = 4):
     """Every query attends to every key; the keys are read in `num_splits`
     chunks whose partial (m, l, acc) are computed independently and then
-    merged (chapter 8; flash-decoding, Dao et al., 2023).
+    merged (chapter 9; flash-decoding, Dao et al., 2023).
 
     query (..., H, T, d_k), key (..., H_kv, S, d_k), value (..., H_kv, S,
     d_v) -> (..., H, T, d_v). No mask: made for decoding, where the new
     token sees the whole cache (a ring cache holds only its window). With
-    H_kv < H (grouped-query attention, chapter 7) each key/value head serves
+    H_kv < H (grouped-query attention, chapter 8) each key/value head serves
     H / H_kv query heads, whose queries are stacked to read its keys once.
     """
     validate_block_size(num_splits, "num_splits")
@@ -382,7 +382,7 @@ def split_kv_attention(query, key, value, num_splits: int = 4):
 
 
 def attention_partial(q, k, v, dtype=None):
-    """One chunk's partial attention (chapter 8): the row maximum m
+    """One chunk's partial attention (chapter 9): the row maximum m
     (..., T, 1), the sum l of exp(s − m) (..., T, 1) and the unnormalised
     output acc = Σ exp(s − m) v (..., T, d_v), with s = q kᵀ / √d_k."""
     dtype = dtype or q.dtype
@@ -395,7 +395,7 @@ def attention_partial(q, k, v, dtype=None):
 
 def merge_partials(m_a, l_a, acc_a, m_b, l_b, acc_b):
     """The (m, l, acc) of two chunks of keys together: each rescaled to the
-    larger maximum (chapter 8)."""
+    larger maximum (chapter 9)."""
     validate_partials(m_a, l_a, acc_a, m_b, l_b, acc_b)
     m = torch.maximum(m_a, m_b)
     shift = finite_or_zero(m)  # no key in either: both scales exp(−∞) = 0

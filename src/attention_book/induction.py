@@ -1,4 +1,4 @@
-"""A two-layer attention-only transformer trained to copy, and what its heads do (chapter 9).
+"""A two-layer attention-only transformer trained to copy, and what its heads do (chapter 11).
 
 The task: n random tokens, then the same n tokens again. The first half cannot be predicted; the second
 can, by a two-head circuit (Elhage et al., 2021; Olsson et al., 2022): a previous-token head in layer 1
@@ -31,7 +31,7 @@ EVAL_BATCH, EVAL_SEED = 512, 12345  # the fixed sequences every stored metric is
 
 @dataclass(frozen=True)
 class InductionConfig:
-    """Sizes of chapter 9's model and task; about 41 thousand parameters (43 with learned positions)."""
+    """Sizes of chapter 11's model and task; about 41 thousand parameters (43 with learned positions)."""
 
     vocab_size: int = 64  # V: random tokens 0 … 63
     half_length: int = 16  # n_max: n random tokens (n from n_max/2 … n_max) repeated up to T = 2·n_max
@@ -40,13 +40,13 @@ class InductionConfig:
     num_layers: int = 2
     positions: str = "learned"  # "learned" or "sinusoidal" (added to the embeddings), "rope" (rotates q, k),
     # "alibi" (a distance penalty on the scores) or "none"
-    window: int | None = None  # sliding window (chapter 7): each query sees itself and window − 1 before
+    window: int | None = None  # sliding window (chapter 8): each query sees itself and window − 1 before
 
 
 class HeadAttention(nn.Module):
-    """Causal multi-head attention that returns its weights and can silence heads (chapter 9).
+    """Causal multi-head attention that returns its weights and can silence heads (chapter 11).
 
-    The mask, RoPE's angles and ALiBi's distances all come from positions, as in chapter 7: 0 … T − 1
+    The mask, RoPE's angles and ALiBi's distances all come from positions, as in chapter 8: 0 … T − 1
     without a cache, else the ones the cache gives (one row per sequence for a paged cache).
     """
 
@@ -98,7 +98,7 @@ class HeadAttention(nn.Module):
 
 def attended_window(cache, window: int | None) -> tuple[int | None, int]:
     """The window and sinks the mask keeps: the layer's own, or, for a layer without a window that reads
-    through a `RingKVCache`, the ring's, so that a model trained with full attention attends as chapter 7's
+    through a `RingKVCache`, the ring's, so that a model trained with full attention attends as chapter 8's
     streaming experiment runs it, the same whether the positions come one at a time or all at once."""
     if window is None and isinstance(cache, RingKVCache):
         return cache.window, cache.sinks
@@ -106,7 +106,7 @@ def attended_window(cache, window: int | None) -> tuple[int | None, int]:
 
 
 class AttentionOnly(nn.Module):
-    """Embeddings, `num_layers` residual attention layers, no MLP, and an unembedding (chapter 9)."""
+    """Embeddings, `num_layers` residual attention layers, no MLP, and an unembedding (chapter 11)."""
 
     def __init__(self, config: InductionConfig = InductionConfig()):
         super().__init__()
@@ -152,7 +152,7 @@ class AttentionOnly(nn.Module):
 
 
 def repeated_tokens(batch: int, config: InductionConfig, generator: torch.Generator, length: int | None = None):
-    """Tokens (B, T) and periods (B,): n random tokens, then the same n again and again (chapter 9).
+    """Tokens (B, T) and periods (B,): n random tokens, then the same n again and again (chapter 11).
 
     T = 2·n_max unless `length` says otherwise (the length-generalisation experiment makes it longer).
 
@@ -207,7 +207,7 @@ def previous_token_curve(weights: torch.Tensor) -> torch.Tensor:
 def induction_targets(tokens: torch.Tensor) -> torch.Tensor:
     """(B, T): the key an induction head should attend to from query t: the
     position just after the most recent earlier occurrence of token t; −1
-    where the token has not occurred before (chapter 9)."""
+    where the token has not occurred before (chapter 11)."""
     T = tokens.shape[-1]
     same = tokens[:, :, None] == tokens[:, None, :]  # (B, T, T)
     earlier = same & causal_mask(T, device=tokens.device).tril(-1)  # j < t
@@ -218,7 +218,7 @@ def induction_targets(tokens: torch.Tensor) -> torch.Tensor:
 
 def induction_queries(tokens: torch.Tensor,
                       periods: torch.Tensor) -> torch.Tensor:
-    """(B, T): the queries an induction score counts (chapter 9).
+    """(B, T): the queries an induction score counts (chapter 11).
 
     Query t counts when it is in the repeated part (t ≥ n) and the most
     recent earlier occurrence of its token is one period back. A token drawn
@@ -241,7 +241,7 @@ def induction_weights(weights: torch.Tensor, tokens: torch.Tensor) -> torch.Tens
 
 def any_copy_weights(weights: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """Each query's total weight on the keys just after *any* earlier occurrence of its token, every one of
-    which precedes the same next token in a periodic sequence: (B, H, T, T) -> (B, H, T) (chapter 9)."""
+    which precedes the same next token in a periodic sequence: (B, H, T, T) -> (B, H, T) (chapter 11)."""
     T = tokens.shape[-1]
     same = tokens[:, :, None] == tokens[:, None, :]  # (B, T, T)
     after = torch.zeros_like(same)
@@ -254,7 +254,7 @@ def induction_score(weights: torch.Tensor, tokens: torch.Tensor,
                     periods: torch.Tensor) -> torch.Tensor:
     """Mean weight a query puts on the token after the most recent earlier
     occurrence of its own token, over the queries `induction_queries` counts
-    (chapter 9; Olsson et al., 2022's prefix matching).
+    (chapter 11; Olsson et al., 2022's prefix matching).
 
     weights (B, H, T, T), tokens (B, T), periods (B,) -> (H,).
     """
@@ -274,7 +274,7 @@ def induction_curve(weights: torch.Tensor, tokens: torch.Tensor, periods: torch.
 def optimal_losses(tokens: torch.Tensor,
                    config: InductionConfig) -> torch.Tensor:
     """Per-token loss (B, T − 1) of the best possible predictor of this task
-    (chapter 9). It knows that the period n is uniform on n_max/2 … n_max
+    (chapter 11). It knows that the period n is uniform on n_max/2 … n_max
     and the tokens uniform on V, and weighs every period the tokens so far
     allow by its posterior probability: before a repeat shows, it hedges
     between "a new token" and "the token n back"."""
@@ -320,7 +320,7 @@ def evaluate(model: AttentionOnly, tokens: torch.Tensor, periods: torch.Tensor) 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Chapter 9's training run: Adam on fresh random batches, CPU, a fixed seed."""
+    """Chapter 11's training run: Adam on fresh random batches, CPU, a fixed seed."""
 
     steps: int = 1500
     batch_size: int = 64
@@ -358,7 +358,7 @@ def evaluation_batch(config: InductionConfig, length: int | None = None) -> tupl
 
 
 def load_trained(positions: str) -> tuple[AttentionOnly, dict]:
-    """The model `scripts/train_induction.py` trained with these positions, and its stored record (chapter 9):
+    """The model `scripts/train_induction.py` trained with these positions, and its stored record (chapter 11):
     config, loss curve, metrics, training seconds, and the machine and training settings of the run.
 
     The weights are a plain state_dict read with `torch.load(weights_only=True)`: no pickled code runs.
@@ -379,7 +379,7 @@ def load_trained(positions: str) -> tuple[AttentionOnly, dict]:
 
 def load_length_record() -> dict:
     """What `scripts/train_length.py` stored: the two models it trained and, for all five position kinds,
-    `evaluate_length` at 1, 2 and 4 times the trained length (chapter 9)."""
+    `evaluate_length` at 1, 2 and 4 times the trained length (chapter 11)."""
     data = resources.files("attention_book").joinpath("data")
     return json.loads(data.joinpath("induction_length.json").read_text())
 
@@ -504,7 +504,7 @@ def head_outputs(model: AttentionOnly, tokens: torch.Tensor) -> tuple[torch.Tens
 
 def direct_logit_attribution(model: AttentionOnly, tokens: torch.Tensor, periods: torch.Tensor) -> torch.Tensor:
     """Each head's direct effect on the logit of the right next token, minus its mean effect on all V
-    logits, averaged over the queries `induction_queries` counts (but the last): (L, H) (chapter 9).
+    logits, averaged over the queries `induction_queries` counts (but the last): (L, H) (chapter 11).
     The unembedding reads the residual stream directly, so these effects add up to the logits."""
     _, pieces = head_outputs(model, tokens)
     queries = induction_queries(tokens, periods)[:, :-1]  # (B, T − 1): query t predicts token t + 1
@@ -527,7 +527,7 @@ def path_ablated_forward(model: AttentionOnly, tokens: torch.Tensor,
     """Run a two-layer model with layer-1 head `source_head`'s output taken
     out of what layer 2 reads on `sides` ("query", "key", "value"), and
     nowhere else: the other sides and the direct path to the logits still
-    see it (a path ablation, chapter 9).
+    see it (a path ablation, chapter 11).
 
     Returns (logits (B, T, V), layer 2's weights (B, H, T, T)).
     """
@@ -565,14 +565,14 @@ def validate_tokens(tokens: torch.Tensor, vocab_size: int) -> None:
 
 
 def validate_some_queries(queries: torch.Tensor, tokens: torch.Tensor, periods: torch.Tensor) -> None:
-    """An induction score needs at least one repeating query (chapter 9)."""
+    """An induction score needs at least one repeating query (chapter 11)."""
     if not queries.any():
         raise ValueError(f"periods {periods.tolist()} leave no repeating query in tokens {tuple(tokens.shape)}: "
                          f"a period must be below T = {tokens.shape[-1]}")
 
 
 def validate_weights(weights, tokens=None) -> None:
-    """Attention weights (B, H, T, T), one map per sequence of `tokens` (B, T) if given (chapter 9)."""
+    """Attention weights (B, H, T, T), one map per sequence of `tokens` (B, T) if given (chapter 11)."""
     if not isinstance(weights, torch.Tensor) or weights.dim() != 4 or weights.shape[-1] != weights.shape[-2]:
         got = tuple(weights.shape) if isinstance(weights, torch.Tensor) else type(weights).__name__
         raise ValueError(f"weights must be (B, H, T, T), one map per sequence and head, got {got}; a single "
@@ -584,14 +584,14 @@ def validate_weights(weights, tokens=None) -> None:
 
 
 def validate_periods(tokens: torch.Tensor, periods: torch.Tensor) -> None:
-    """One period per sequence: periods (B,) for tokens (B, T) (chapter 9)."""
+    """One period per sequence: periods (B,) for tokens (B, T) (chapter 11)."""
     if not isinstance(periods, torch.Tensor) or periods.shape != tokens.shape[:1]:
         got = tuple(periods.shape) if isinstance(periods, torch.Tensor) else type(periods).__name__
         raise ValueError(f"periods must be (B,), one per sequence of tokens {tuple(tokens.shape)}, got {got}")
 
 
 def validate_layer_cache(cache, layer: HeadAttention) -> None:
-    """A cache of this layer's own that keeps every key its window reads, as chapter 7's layers ask; a
+    """A cache of this layer's own that keeps every key its window reads, as chapter 8's layers ask; a
     layer without a window may read through a ring, which then sets the window (`attended_window`)."""
     if layer.window is not None:
         validate_ring_window(cache, layer.window)

@@ -145,7 +145,7 @@ class KVCache:
 
 class RingKVCache:
     """The rolling cache of sliding-window attention: `window` slots, position p kept in slot p mod window
-    (chapter 7; Mistral 7B's rolling buffer).
+    (chapter 8; Mistral 7B's rolling buffer).
 
     A query sees itself and the window − 1 positions before it, so nothing older is ever read again and
     its slot is overwritten. Memory stays at `window` positions however long the sequence grows; `len`
@@ -224,7 +224,7 @@ class RingKVCache:
 
 
 class Int8KVCache(KVCache):
-    """A `KVCache` that stores keys and values as int8, one float32 scale per position and head (chapter 7).
+    """A `KVCache` that stores keys and values as int8, one float32 scale per position and head (chapter 8).
 
     Each new key (and value) vector x of d numbers is stored as round(x / s) with s = max|x| / 127, so
     that it is rebuilt as s · round(x / s), within s / 2 of x in every entry; d + 4 bytes instead of 4d.
@@ -271,7 +271,7 @@ class Int8KVCache(KVCache):
 
 def quantize_int8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x (..., d) -> int8 (..., d) and float32 scale (..., 1) with
-    x ≈ scale · int8, symmetric, one scale per vector (chapter 7)."""
+    x ≈ scale · int8, symmetric, one scale per vector (chapter 8)."""
     scale = x.abs().amax(dim=-1, keepdim=True).float() / 127  # (..., 1)
     scale = scale.clamp(min=torch.finfo(torch.float32).tiny)  # zeros stay 0
     q = (x.float() / scale).round().clamp(-127, 127)
@@ -288,7 +288,7 @@ PADDING = torch.iinfo(torch.int64).max  # the position of a padding key: no quer
 
 class BlockPool:
     """A fixed number of blocks, each holding the keys and values of `block_size` positions of one layer
-    (chapter 7; vLLM's PagedAttention). Sequences take blocks as they grow and give them back when done."""
+    (chapter 8; vLLM's PagedAttention). Sequences take blocks as they grow and give them back when done."""
 
     def __init__(self, num_blocks: int, block_size: int):
         if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in (num_blocks, block_size)):
@@ -336,7 +336,7 @@ class BlockPool:
 class PagedKVCache:
     """The keys and values of B sequences of different lengths, in blocks from one `BlockPool`, with a block
     table per sequence: position p of sequence b lives in block `block_tables[b][p // block_size]`, at
-    offset p mod block_size (chapter 7).
+    offset p mod block_size (chapter 8).
 
     `append` feeds n new positions to every sequence in `rows` (all of them by default; `for_rows` makes a
     cache that feeds a few, e.g. to prefill prompts of different lengths one by one). Servers keep one

@@ -1,4 +1,4 @@
-"""Multi-head latent attention: keys and values from one small latent per token (chapter 7; DeepSeek-AI, 2024).
+"""Multi-head latent attention: keys and values from one small latent per token (chapter 8; DeepSeek-AI, 2024).
 
 DeepSeek-V2's attention caches, per token and layer, a latent c (d_c numbers, its `kv_lora_rank`) and
 one rotated key k_r (d_r numbers, its `qk_rope_head_dim`) shared by every head. Head i's key is
@@ -21,7 +21,7 @@ from .positions import apply_rope
 
 
 class LatentAttention(nn.Module):
-    """Causal multi-head latent attention, x (B, T, E) -> (B, T, E), with an optional cache (chapter 7).
+    """Causal multi-head latent attention, x (B, T, E) -> (B, T, E), with an optional cache (chapter 8).
 
     The cache stores the latent (B, 1, S, d_c) as its "keys" and the rotated shared key (B, 1, S, d_r)
     as its "values": any cache of the chapter (`KVCache`, `RingKVCache`) holds them unchanged. Queries

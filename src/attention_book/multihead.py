@@ -57,7 +57,7 @@ class MultiHeadAttention(nn.Module):
     before it. `head_dim` defaults to E/H; Keras lets every head be wider (its `key_dim`, chapter 6), so the
     heads together span H · head_dim columns, which W^O maps back to E. With `num_kv_heads` below H, groups
     of H / num_kv_heads query heads share one key/value head (grouped-query attention; multi-query with 1,
-    chapter 7), and a KV cache holds only those.
+    chapter 8), and a KV cache holds only those.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, kdim: int | None = None, vdim: int | None = None,
@@ -183,7 +183,7 @@ class MultiHeadAttention(nn.Module):
 
 def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
     """Unmasked attention of H query heads over H_kv shared key/value heads,
-    without copying them (chapter 7).
+    without copying them (chapter 8).
 
     The group of query heads that share a key/value head is stacked as if
     its heads were more positions: (..., H, T, d) -> (..., H_kv, group·T, d).

@@ -1,4 +1,4 @@
-"""Positions: sinusoidal encodings, learned position embeddings, rotary positions (RoPE) and ALiBi (chapter 9).
+"""Positions: sinusoidal encodings, learned position embeddings, rotary positions (RoPE) and ALiBi (chapter 10).
 
 Attention alone is permutation-equivariant: it cannot tell "eat dessert first" from "first dessert eat".
 Absolute encodings add a vector per position to the token embeddings (Vaswani et al., 2017); rotary
@@ -25,7 +25,7 @@ def pair_frequencies(width: int, base: float = 10000.0) -> torch.Tensor:
 def sinusoidal_encoding(length: int, width: int,
                         base: float = 10000.0) -> torch.Tensor:
     """PE (length, width): PE[p, 2i] = sin(p·ω_i), PE[p, 2i+1] = cos(p·ω_i)
-    (chapter 9; Vaswani et al., 2017)."""
+    (chapter 10; Vaswani et al., 2017)."""
     p = torch.arange(length, dtype=torch.float64)  # (T,)
     angles = p[:, None] * pair_frequencies(width, base)  # (T, width/2)
     pe = torch.stack((angles.sin(), angles.cos()), dim=-1)  # (T, width/2, 2)
@@ -34,13 +34,13 @@ def sinusoidal_encoding(length: int, width: int,
 
 def sinusoidal_at(positions: torch.Tensor, width: int, base: float = 10000.0) -> torch.Tensor:
     """PE at integer positions (...,) -> (..., width), on the positions' device: rows of
-    `sinusoidal_encoding` for any position, as a model adds them (chapter 9)."""
+    `sinusoidal_encoding` for any position, as a model adds them (chapter 10)."""
     angles = positions.double()[..., None] * pair_frequencies(width, base).to(positions.device)  # (..., width/2)
     return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(-2).float()  # (..., width)
 
 
 def sinusoidal_shift(offset: int, width: int, base: float = 10000.0) -> torch.Tensor:
-    """The matrix M (width, width) with PE[p + offset] = M @ PE[p] for every p: one 2×2 rotation per pair (chapter 9)."""
+    """The matrix M (width, width) with PE[p + offset] = M @ PE[p] for every p: one 2×2 rotation per pair (chapter 10)."""
     angles = offset * pair_frequencies(width, base)  # (width/2,)
     cos, sin = angles.cos(), angles.sin()
     # (sin(a + b), cos(a + b)) = [[cos b, sin b], [−sin b, cos b]] @ (sin a, cos a)
@@ -49,7 +49,7 @@ def sinusoidal_shift(offset: int, width: int, base: float = 10000.0) -> torch.Te
 
 
 class LearnedPositions(nn.Module):
-    """One trained vector per position, added to the token embeddings, as chapter 7's decoder does (chapter 9)."""
+    """One trained vector per position, added to the token embeddings, as chapter 7's decoder does (chapter 10)."""
 
     def __init__(self, max_length: int, width: int):
         super().__init__()
@@ -67,10 +67,10 @@ class LearnedPositions(nn.Module):
 
 def rope_angles(length: int, width: int, start: int = 0, base: float = 10000.0, positions=None,
                 device=None) -> torch.Tensor:
-    """Angles (..., T, width/2): position m turns pair i by m·θ_i (chapter 9).
+    """Angles (..., T, width/2): position m turns pair i by m·θ_i (chapter 10).
 
     Positions are start … start + T − 1, or the integer tensor `positions` (T,) or (B, T), one row per
-    sequence, as chapter 7's caches give them. Built in float64 on `device`.
+    sequence, as the caches of chapters 7 and 8 give them. Built in float64 on `device`.
     """
     if positions is None:
         positions = torch.arange(start, start + length, device=device)  # (T,)
@@ -80,14 +80,14 @@ def rope_angles(length: int, width: int, start: int = 0, base: float = 10000.0, 
 
 def apply_rope(x: torch.Tensor, start: int = 0, base: float = 10000.0,
                positions=None) -> torch.Tensor:
-    """Rotate queries or keys x (..., T, d) by their positions (chapter 9;
+    """Rotate queries or keys x (..., T, d) by their positions (chapter 10;
     Su et al., 2021).
 
     Pair (x[2i], x[2i+1]) at position m is turned by the angle m·θ_i,
     θ_i = base^(−2i/d). Positions are start … start + T − 1, or `positions`
-    (T,) or (B, T), one row per sequence of x (B, …, T, d), as chapter 7's
-    caches give them. With a KV cache, new keys are stored rotated by their
-    own positions.
+    (T,) or (B, T), one row per sequence of x (B, …, T, d), as the caches of
+    chapters 7 and 8 give them. With a KV cache, new keys are stored rotated
+    by their own positions.
     """
     validate_rope_input(x, start, base, positions)
     T, d = x.shape[-2], x.shape[-1]
@@ -103,7 +103,7 @@ def apply_rope(x: torch.Tensor, start: int = 0, base: float = 10000.0,
 
 
 def alibi_slopes(num_heads: int) -> torch.Tensor:
-    """ALiBi's slope per head (H,): the geometric sequence 2^(−8/H), 2^(−16/H), … 2^(−8) (chapter 9;
+    """ALiBi's slope per head (H,): the geometric sequence 2^(−8/H), 2^(−16/H), … 2^(−8) (chapter 10;
     Press et al., 2022). For H not a power of two, the paper's rule: the slopes of the next lower power
     of two, then every other slope of the next higher one."""
     if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
@@ -115,9 +115,9 @@ def alibi_slopes(num_heads: int) -> torch.Tensor:
 
 
 def alibi_bias(query_positions: torch.Tensor, key_positions: torch.Tensor, slopes: torch.Tensor) -> torch.Tensor:
-    """The bias −m_h · (p − s) added to the scores of a query at p and a key at s ≤ p (chapter 9).
+    """The bias −m_h · (p − s) added to the scores of a query at p and a key at s ≤ p (chapter 10).
 
-    Positions (T,) and (S,), or (B, T) and (B, S) as chapter 7's caches give them; slopes (H,). Returns
+    Positions (T,) and (S,), or (B, T) and (B, S) as the caches of chapters 7 and 8 give them; slopes (H,). Returns
     (H, T, S) or (B, H, T, S), float32. Keys after the query (which the causal mask removes) get 0.
     """
     validate_alibi_inputs(query_positions, key_positions, slopes)

@@ -1,4 +1,4 @@
-"""Chapter 8's tiled attention as Triton kernels for CUDA GPUs: FlashAttention's forward pass, and
+"""Chapter 9's tiled attention as Triton kernels for CUDA GPUs: FlashAttention's forward pass, and
 FlashAttention-2's backward pass as a dK/dV kernel (key blocks outer) and a dQ kernel (query blocks outer).
 
 Each program instance owns one block of queries of one (batch, head) and walks over the key blocks with
@@ -27,7 +27,7 @@ def _attend_block(acc, m, l, q, k_ptrs, v_ptrs, offs_q, offs_k, start, S,
                   CAUSAL: tl.constexpr, stride_ks, stride_vs,
                   BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
     """One key block: scores, online-softmax update of (m, l) and of the
-    unnormalised output acc, all three in float32 (chapter 8)."""
+    unnormalised output acc, all three in float32 (chapter 9)."""
     key_pos = start + offs_k  # (BLOCK_K,)
     k = tl.load(k_ptrs + start * stride_ks, mask=key_pos[None, :] < S,
                 other=0.0)  # (d, BLOCK_K)
@@ -169,7 +169,7 @@ def _backward_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, stride_qb, stride_qt, strid
 def triton_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, causal: bool = False,
                      block_q: int | None = None, block_k: int | None = None, num_warps: int | None = None,
                      num_stages: int | None = None):
-    """softmax(Q Kᵀ / √d) V with one Triton kernel; query (B, H, T, d), key and value (B, H, S, d) (chapter 8).
+    """softmax(Q Kᵀ / √d) V with one Triton kernel; query (B, H, T, d), key and value (B, H, S, d) (chapter 9).
 
     fp16, bf16 or fp32 on a CUDA device (or fp16 and fp32 on the CPU under TRITON_INTERPRET=1: the
     interpreter's tl.dot multiplies bf16 wrongly, triton-lang/triton#11584), d a power of two from 16
@@ -204,7 +204,7 @@ def _precision(dtype: torch.dtype) -> str:
 
 class TritonAttention(torch.autograd.Function):
     """The Triton kernels for autograd: the forward kernel saves the row log-sum-exp, the two backward
-    kernels recompute P from it tile by tile (FlashAttention-2's backward; chapter 8)."""
+    kernels recompute P from it tile by tile (FlashAttention-2's backward; chapter 9)."""
 
     @staticmethod
     def forward(ctx, query, key, value, settings):
@@ -246,7 +246,7 @@ class TritonAttention(torch.autograd.Function):
 
 def default_config(dtype: torch.dtype, head_dim: int) -> dict:
     """Blocks, pipeline stages and warps for a dtype and head_dim: 128 × 64 blocks in 3 stages where they fit
-    a thread block's shared memory, fewer stages, then smaller blocks, where they do not (chapter 8)."""
+    a thread block's shared memory, fewer stages, then smaller blocks, where they do not (chapter 9)."""
     for block_q, block_k, num_stages in ((128, 64, 3), (128, 64, 2), (64, 64, 2), (64, 32, 2)):
         if shared_memory_bytes(block_q, block_k, num_stages, head_dim, dtype) <= SHARED_MEMORY_LIMIT:
             return {"block_q": block_q, "block_k": block_k, "num_stages": num_stages,

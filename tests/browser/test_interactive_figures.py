@@ -49,7 +49,7 @@ def check_explorer(page, figure: dict) -> None:
     ident, data = figure["id"], figure["data"]
     first = data["maps"][0]["weights"]
     # What the cell printed, where it prints the first map (chapter 3); else the chapter's tensor as the
-    # figure holds it (chapter 9's 32 × 32 maps are drawn, not printed).
+    # figure holds it (chapter 11's 32 × 32 maps are drawn, not printed).
     matrix = printed_matrix(figure["printed"], len(first), len(first[0])) or first
     page.evaluate(f"document.querySelector('#{ident} select').focus()")
     press(page, "Tab")  # from the head/layer select to the first query token

@@ -1,6 +1,6 @@
 """Interactive figures for the rendered book and the notebook (issue 28): an attention explorer
-(chapters 3 and 9), a KV-cache step-through (chapter 7) and an online-softmax tile step-through
-(chapter 8).
+(chapters 3 and 11), a KV-cache step-through (chapter 8) and an online-softmax tile step-through
+(chapter 9).
 
 Each figure is an object whose HTML holds everything it needs: its data as JSON, computed here from the
 chapter's own tensors and the package's own caches, and a small hand-written script and style sheet
@@ -85,7 +85,7 @@ def _rounded(values) -> list:
 def attention_explorer(weights, queries, keys=None, *, names, name: str, title: str,
                        choice: str = "head") -> InteractiveFigure:
     """Hover or focus a query token to see its attention weights over the keys; `names` label the maps
-    (heads, or layer and head) a select switches between (chapters 3 and 9).
+    (heads, or layer and head) a select switches between (chapters 3 and 11).
 
     weights: (M, T, S) attention weights, M maps; NaN marks a masked key. queries: T tokens; keys: S
     tokens (the queries by default).
@@ -103,9 +103,9 @@ def attention_explorer(weights, queries, keys=None, *, names, name: str, title: 
 def kv_cache_steps(prompt: int = 5, steps: int = 6, *, window: int = 4, block_size: int = 4,
                    other_prompt: int = 2, name: str = "kv-cache",
                    title: str = "The caches, one decoding step at a time") -> InteractiveFigure:
-    """Step through decoding as chapter 7's caches hold it: a full `KVCache`, a `RingKVCache` of `window`
+    """Step through decoding as the caches of chapters 7 and 8 hold it: a full `KVCache`, a `RingKVCache` of `window`
     slots and a `PagedKVCache` of two sequences (prompts of `prompt` and `other_prompt` tokens) in blocks
-    of `block_size` from one `BlockPool` (chapter 7).
+    of `block_size` from one `BlockPool` (chapter 8).
 
     Each position's key is its own number, so reading the caches' buffers back shows where each
     position lives: the states are the package's caches, not a drawing of them.
@@ -173,7 +173,7 @@ def _pool_owners(pool: BlockPool, paged: PagedKVCache) -> list:
 def tile_steps(scores, values, block_size: int, *, name: str = "tiles",
                title: str = "Online softmax, one tile of keys at a time") -> InteractiveFigure:
     """Step through one query's attention read a tile of `block_size` keys at a time: the running
-    maximum m, sum l and accumulator acc after each tile (chapter 8's `online_attention_states`), and
+    maximum m, sum l and accumulator acc after each tile (chapter 9's `online_attention_states`), and
     at the end softmax(scores) · V, which acc / l equals.
 
     scores: (S,) one query's scaled scores; values: (S, d_v).

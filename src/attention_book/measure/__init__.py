@@ -1,4 +1,4 @@
-"""Measurement of the teaching code from outside it: time, peak memory and FLOP counts (chapters 3, 7, 8).
+"""Measurement of the teaching code from outside it: time, peak memory and FLOP counts (chapters 3, 7, 9).
 
 Nothing in the chapters' modules times or measures itself; these functions wrap them. Peak memory lives
 in `attention_book.measure.memory`, which also runs as a command in a fresh process.

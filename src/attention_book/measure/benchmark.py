@@ -78,7 +78,7 @@ def load_result(name: str) -> dict:
 
 
 def interleaved_medians(functions: dict, repeats: int = 5, progress: bool = True) -> dict:
-    """Median seconds of each of `functions` (name -> callable), run in turn `repeats` times (chapters 3, 8).
+    """Median seconds of each of `functions` (name -> callable), run in turn `repeats` times (chapters 3, 9).
 
     Interleaving spreads the machine's slow moments over all of them, so their ratios stay fair.
     """

@@ -1,4 +1,4 @@
-"""FLOP counts of attention, for throughput in TFLOP/s (chapter 8)."""
+"""FLOP counts of attention, for throughput in TFLOP/s (chapter 9)."""
 
 import math
 

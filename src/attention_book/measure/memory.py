@@ -1,4 +1,4 @@
-"""Peak memory of one attention call, measured in a fresh process (chapter 8).
+"""Peak memory of one attention call, measured in a fresh process (chapter 9).
 
 A fresh interpreter per measurement: nothing allocated earlier (caches, other methods' buffers) can
 hide or inflate the peak. Linux only: it resets and reads the kernel's peak-RSS counter (VmHWM).
@@ -69,7 +69,7 @@ def _peak_extra_bytes_backward(attend, q, k, v, causal: bool) -> int:
 
 def measure_peak_memory(method: str, length: int, heads: int = 8, head_dim: int = 64, causal: bool = False,
                         backward: bool = False) -> int:
-    """`peak_extra_bytes` in a fresh Python process (chapter 8); with `backward`, of a forward and a
+    """`peak_extra_bytes` in a fresh Python process (chapter 9); with `backward`, of a forward and a
     backward pass."""
     _require_linux()
     if method not in METHODS:

@@ -63,7 +63,7 @@ def decode_step_work(model: Decoder, context: int, batch: int) -> dict:
 
 def cached_numbers(config) -> int:
     """Numbers one layer caches per position and sequence: keys and values of the H_kv key/value heads,
-    2 · H_kv · E/H (2E without grouped queries), or one latent and one rope key, d_c + d_r (chapter 7)."""
+    2 · H_kv · E/H (2E without grouped queries), or one latent and one rope key, d_c + d_r (chapters 7 and 8)."""
     if config.latent_dim is not None:
         return config.latent_dim + config.rope_dim
     return 2 * (config.num_kv_heads or config.num_heads) * (config.embed_dim // config.num_heads)

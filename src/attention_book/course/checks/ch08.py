@@ -1,80 +1,68 @@
-"""Checks of chapter 8's graded exercises (efficient attention); the registry entries at the end name each
+"""Checks of chapter 8's graded exercises (storing less: the cache's size, the ring); the registry entries at the end name each
 exercise, the function its solution cell defines and what it may not call (see `..checks`)."""
 
-import math
 
+import numpy as np
 import torch
 
-from ...attention import scaled_dot_product_attention
-from .common import case_generator, CASES, Check, matches, sizes, value_problem
+from ...kv_cache import RingKVCache, kv_cache_bytes
+from .common import CASES, Check, case_generator, sizes
 
 
-def check_running_max_and_sum(running_max_and_sum, seed: int = 0) -> str | None:
-    """Chapter 8: one pass over x (N,) in blocks -> (max of x, sum of exp(x − max))."""
+def check_cache_size(kv_cache_size, seed: int = 0) -> str | None:
+    """Chapter 8: bytes of a KV cache, 2 × layers × key/value heads × head_dim × positions held × bytes per
+    value × batch, where a sliding window caps the positions held at the window."""
+    rng = np.random.default_rng([seed, 7])
     for case in range(CASES):
-        gen = case_generator(seed, case)
-        x = torch.randn(int(torch.randint(1, 30, (1,), generator=gen)), generator=gen, dtype=torch.float64) * 5
-        block = int(torch.randint(1, 8, (1,), generator=gen))
-        m, l = (float(v) for v in running_max_and_sum(x, block))
-        expected_m = float(x.max())
-        expected_l = float(torch.exp(x - expected_m).sum())
-        if not math.isclose(m, expected_m, rel_tol=1e-9, abs_tol=1e-12):
-            return f"the running maximum ends at {m:.4f}, the maximum of x is {expected_m:.4f} (block size {block})"
-        if not math.isclose(l, expected_l, rel_tol=1e-9):
-            return (f"the running sum ends at {l:.4f}, expected {expected_l:.4f}: when a block raises the maximum "
-                    f"from m to m', multiply the sum so far by exp(m − m')")
-    return None
-
-
-def check_merge_partials(merge_partials, seed: int = 0) -> str | None:
-    """Chapter 8: two blocks' (m, l, acc) for one query, acc = Σ exp(s − m) v, -> the (m, l, acc) of both."""
-    for case in range(CASES):
-        gen = case_generator(seed, case)
-        n_a, n_b, d = sizes(gen, 3, 6)
-        s = torch.randn(n_a + n_b, generator=gen, dtype=torch.float64) * 4
-        v = torch.randn(n_a + n_b, d, generator=gen, dtype=torch.float64)
-
-        def partial(scores, values):
-            m = scores.max()
-            return m, torch.exp(scores - m).sum(), torch.exp(scores - m) @ values
-
-        a, b = partial(s[:n_a], v[:n_a]), partial(s[n_a:], v[n_a:])
-        m, l, acc = (torch.as_tensor(x, dtype=torch.float64) for x in merge_partials(*a, *b))
-        expected = partial(s, v)
-        if not math.isclose(float(m), float(expected[0]), rel_tol=1e-9):
-            return f"the merged maximum is {float(m):.4f}, expected max(m_a, m_b) = {float(expected[0]):.4f}"
-        if not math.isclose(float(l), float(expected[1]), rel_tol=1e-9):
-            if math.isclose(float(l), float(a[1] + b[1]), rel_tol=1e-9):
-                return "l_a + l_b adds sums taken against different maxima: rescale each by exp(m_x − m) first"
-            return f"the merged sum is {float(l):.4f}, expected {float(expected[1]):.4f}"
-        if problem := value_problem(acc, expected[2], "the merged accumulator", atol=1e-9):
-            return problem + ": rescale each block's acc by exp(m_x − m), like its sum"
-    return None
-
-
-def check_tiled_attention(tiled_attention_by_hand, seed: int = 0) -> str | None:
-    """Chapter 8: q (T, d), k, v (S, d) read in key blocks of `block` -> softmax(Q Kᵀ / √d) V, (T, d)."""
-    for case in range(CASES):
-        gen = case_generator(seed, case)
-        T, S, d = sizes(gen, 3, 9)
-        block = int(torch.randint(1, 5, (1,), generator=gen))
-        q, k, v = (torch.randn(n, d, generator=gen, dtype=torch.float64) for n in (T, S, S))
-        got = tiled_attention_by_hand(q, k, v, block)
-        expected, _ = scaled_dot_product_attention(q, k, v)
-        if matches(got, expected, atol=1e-9):
+        layers, kv_heads, head_dim, length = (int(n) for n in rng.integers(1, 64, size=4))
+        per_value, batch = int(rng.choice([1, 2, 4])), int(rng.integers(1, 9))
+        window = None if case % 2 else int(rng.integers(1, 64))
+        held = length if window is None else min(length, window)
+        got = kv_cache_size(layers, kv_heads, head_dim, length, per_value, batch, window)
+        expected = kv_cache_bytes(layers, kv_heads, head_dim, held, per_value, batch=batch)
+        if got == expected:
             continue
-        blocks = [scaled_dot_product_attention(q, k[i:i + block], v[i:i + block])[0] for i in range(0, S, block)]
-        if len(blocks) > 1 and matches(got, sum(blocks) / len(blocks), atol=1e-9):
-            return "you averaged the blocks' outputs; blocks weigh by their share of the softmax sum: keep m, l, acc"
-        return value_problem(got, expected, f"the output for T={T}, S={S}, block {block}: row", atol=1e-9) or "wrong output"
+        if got * 2 == expected:
+            return "half the expected size: every position stores a key AND a value (the factor 2)"
+        if got == expected // batch and batch > 1:
+            return f"that is one sequence's cache: the batch of {batch} sequences keeps {batch} of them"
+        if window is not None and held < length and got == kv_cache_bytes(layers, kv_heads, head_dim, length,
+                                                                          per_value, batch=batch):
+            return (f"with window={window} and length={length} a rolling cache holds only the last {window} "
+                    "positions: use min(length, window)")
+        if window is not None and length < window and got == kv_cache_bytes(layers, kv_heads, head_dim, window,
+                                                                             per_value, batch=batch):
+            return f"length={length} is shorter than window={window}: the cache holds only the {length} positions seen"
+        return (f"for {layers} layers, {kv_heads} key/value heads of {head_dim}, {length} positions, window {window}, "
+                f"{per_value}-byte values and batch {batch} you get {got}, expected {expected}")
+    return None
+
+
+def check_ring_slots(ring_slots, seed: int = 0) -> str | None:
+    """Chapter 8: after positions 0 … length − 1 went into a ring of `window` slots (position p in slot
+    p mod window), the position each slot holds, in slot order."""
+    for case in range(CASES):
+        gen = case_generator(seed, case)
+        length, window = sizes(gen, 2, 13)
+        expected = RingKVCache(window).slot_positions(length)
+        got = torch.as_tensor(ring_slots(length, window)).flatten()
+        if len(got) != len(expected):
+            return (f"length={length}, window={window}: a ring of {window} slots holds min(length, window) = "
+                    f"{len(expected)} positions, yours gives {len(got)}")
+        if torch.equal(got, expected):
+            continue
+        if torch.equal(got.sort().values, expected.sort().values):
+            return (f"length={length}, window={window}: the right positions, in the wrong order; the answer goes "
+                    f"slot by slot, and slot k holds the position p with p mod window == k")
+        k = int(torch.nonzero(got != expected)[0])
+        return (f"length={length}, window={window}: slot {k} should hold position {int(expected[k])} (the latest p "
+                f"below length with p mod {window} == {k}), yours says {int(got[k])}")
     return None
 
 
 CHECKS: dict[str, Check] = {
-    "ch8.running_max_and_sum": Check(check_running_max_and_sum, "running_max_and_sum",
-          forbidden=("attention_book.efficient.online_softmax",)),
-    "ch8.merge_partials": Check(check_merge_partials, "merge_partials",
-          forbidden=("attention_book.efficient.merge_partials",)),
-    "ch8.tiled_attention": Check(check_tiled_attention, "tiled_attention_by_hand",
-          forbidden=("attention_book.efficient.tiled_attention", "attention_book.attention.scaled_dot_product_attention", "torch.nn.functional.scaled_dot_product_attention")),
+    "ch8.cache_size": Check(check_cache_size, "kv_cache_size",
+          forbidden=("attention_book.kv_cache.kv_cache_bytes",)),
+    "ch8.ring_slots": Check(check_ring_slots, "ring_slots",
+          forbidden=("attention_book.kv_cache.RingKVCache.slot_positions",)),
 }

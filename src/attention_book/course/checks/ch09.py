@@ -1,114 +1,80 @@
-"""Checks of chapter 9's graded exercises (positions); the registry entries at the end name each
+"""Checks of chapter 9's graded exercises (efficient attention); the registry entries at the end name each
 exercise, the function its solution cell defines and what it may not call (see `..checks`)."""
 
 import math
 
 import torch
 
-from ...causal import causal_mask
-from ...positions import apply_rope, rope_angles, sinusoidal_encoding, sinusoidal_shift
-from .common import case_generator, CASES, Check, shape_problem, sizes
+from ...attention import scaled_dot_product_attention
+from .common import CASES, Check, case_generator, matches, sizes, value_problem
 
 
-def rope_half_reference(x: torch.Tensor, direction: int = 1) -> torch.Tensor:
-    """RoPE with Hugging Face's pairing: feature i with feature i + d/2, turned by direction · m·θ_i."""
-    d = x.shape[-1]
-    angles = direction * rope_angles(x.shape[-2], d)  # (T, d/2)
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-    a, b = x[..., :d // 2], x[..., d // 2:]  # (..., T, d/2) each
-    return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)  # (..., T, d)
-
-
-def check_rope_half(rope_half, seed: int = 0) -> str | None:
-    """Chapter 9: x (T, d) of positions 0 … T − 1, feature i paired with i + d/2, turned by m·10000^(−2i/d)."""
+def check_running_max_and_sum(running_max_and_sum, seed: int = 0) -> str | None:
+    """Chapter 9: one pass over x (N,) in blocks -> (max of x, sum of exp(x − max))."""
     for case in range(CASES):
         gen = case_generator(seed, case)
-        T, half = sizes(gen, 2, 9)
-        x = torch.randn(T + 1, 2 * half, generator=gen, dtype=torch.float64)  # (T, d)
-        got, expected = rope_half(x.clone()), rope_half_reference(x)
-        if problem := shape_problem(got, expected.shape, "the rotated x"):
-            return problem
-        got = torch.as_tensor(got, dtype=torch.float64)
-        if torch.allclose(got, expected, atol=1e-6):
-            continue
-        if torch.allclose(got, x, atol=1e-6):
-            return "your function returns x unchanged: position m must turn each pair by the angle m·θ_i"
-        if half > 1 and torch.allclose(got, apply_rope(x), atol=1e-6):
-            return ("that is RoPE on adjacent pairs (2i, 2i + 1), this book's layout; here feature i pairs with "
-                    "feature i + d/2: rotate x[:, :d/2] against x[:, d/2:]")
-        if not torch.allclose(got[0], x[0], atol=1e-6):
-            return "position 0 should not be turned at all (its angle is 0·θ_i = 0)"
-        if torch.allclose(got, rope_half_reference(x, direction=-1), atol=1e-6):
-            return "each pair turns the wrong way: (a, b) -> (a cos − b sin, a sin + b cos) for the angle m·θ_i"
-        feature = int((got - expected).abs().amax(dim=0).argmax())
-        return (f"for d = {x.shape[1]} feature {feature} is wrong: pair i is features (i, i + d/2), turned by "
-                f"θ_i = 10000^(−2i/d) per position")
+        x = torch.randn(int(torch.randint(1, 30, (1,), generator=gen)), generator=gen, dtype=torch.float64) * 5
+        block = int(torch.randint(1, 8, (1,), generator=gen))
+        m, l = (float(v) for v in running_max_and_sum(x, block))
+        expected_m = float(x.max())
+        expected_l = float(torch.exp(x - expected_m).sum())
+        if not math.isclose(m, expected_m, rel_tol=1e-9, abs_tol=1e-12):
+            return f"the running maximum ends at {m:.4f}, the maximum of x is {expected_m:.4f} (block size {block})"
+        if not math.isclose(l, expected_l, rel_tol=1e-9):
+            return (f"the running sum ends at {l:.4f}, expected {expected_l:.4f}: when a block raises the maximum "
+                    f"from m to m', multiply the sum so far by exp(m − m')")
     return None
 
 
-def check_previous_token_score(score_by_hand, seed: int = 0) -> str | None:
-    """Chapter 9: q, k (H, T, d) -> (H,): causal softmax(q kᵀ / √d), then the mean weight of queries
-    1 … T − 1 on the position just before them."""
+def check_merge_partials(merge_partials, seed: int = 0) -> str | None:
+    """Chapter 9: two blocks' (m, l, acc) for one query, acc = Σ exp(s − m) v, -> the (m, l, acc) of both."""
     for case in range(CASES):
         gen = case_generator(seed, case)
-        H, T, d = sizes(gen, 3, 7)
-        q, k = (torch.randn(H, T + 1, d, generator=gen, dtype=torch.float64) * 2 for _ in range(2))
-        got = score_by_hand(q.clone(), k.clone())
-        scores = q @ k.transpose(-2, -1)  # (H, T, T)
-        mask = causal_mask(T + 1)
+        n_a, n_b, d = sizes(gen, 3, 6)
+        s = torch.randn(n_a + n_b, generator=gen, dtype=torch.float64) * 4
+        v = torch.randn(n_a + n_b, d, generator=gen, dtype=torch.float64)
 
-        def score(s, m=mask):
-            weights = torch.softmax(s.masked_fill(~m, float("-inf")), dim=-1)  # (H, T, T)
-            return weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1)  # (H,)
+        def partial(scores, values):
+            m = scores.max()
+            return m, torch.exp(scores - m).sum(), torch.exp(scores - m) @ values
 
-        expected = score(scores / math.sqrt(d))
-        if problem := shape_problem(got, expected.shape, "the scores"):
-            return problem
-        got = torch.as_tensor(got, dtype=torch.float64)
-        if torch.allclose(got, expected, atol=1e-9):
-            continue
-        if torch.allclose(got, score(scores / math.sqrt(d), torch.ones_like(mask)), atol=1e-9):
-            return "the weights need the causal mask: a query may not look at later positions"
-        if d > 1 and torch.allclose(got, score(scores), atol=1e-9):
-            return "the scores are not scaled: divide q · k by sqrt(d) before the softmax"
-        weights = torch.softmax((scores / math.sqrt(d)).masked_fill(~mask, float("-inf")), dim=-1)
-        if torch.allclose(got, weights.diagonal(offset=-1, dim1=-2, dim2=-1).sum(-1) / (T + 1), atol=1e-9):
-            return f"you divide by all {T + 1} queries; query 0 has no previous position: average over the {T} others"
-        if torch.allclose(got, weights.diagonal(dim1=-2, dim2=-1)[:, 1:].mean(-1), atol=1e-9):
-            return "you average each query's weight on itself; the previous position is one to the left"
-        return (f"for {H} heads and T = {T + 1} your scores are {[round(v, 3) for v in got.tolist()]}, expected "
-                f"{[round(v, 3) for v in expected.tolist()]}")
+        a, b = partial(s[:n_a], v[:n_a]), partial(s[n_a:], v[n_a:])
+        m, l, acc = (torch.as_tensor(x, dtype=torch.float64) for x in merge_partials(*a, *b))
+        expected = partial(s, v)
+        if not math.isclose(float(m), float(expected[0]), rel_tol=1e-9):
+            return f"the merged maximum is {float(m):.4f}, expected max(m_a, m_b) = {float(expected[0]):.4f}"
+        if not math.isclose(float(l), float(expected[1]), rel_tol=1e-9):
+            if math.isclose(float(l), float(a[1] + b[1]), rel_tol=1e-9):
+                return "l_a + l_b adds sums taken against different maxima: rescale each by exp(m_x − m) first"
+            return f"the merged sum is {float(l):.4f}, expected {float(expected[1]):.4f}"
+        if problem := value_problem(acc, expected[2], "the merged accumulator", atol=1e-9):
+            return problem + ": rescale each block's acc by exp(m_x − m), like its sum"
     return None
 
 
-def check_sinusoidal_shift(shift_by_hand, seed: int = 0) -> str | None:
-    """Chapter 9: (offset, width) -> M (width, width) with PE[p + offset] = M @ PE[p], one rotation per pair."""
+def check_tiled_attention(tiled_attention_by_hand, seed: int = 0) -> str | None:
+    """Chapter 9: q (T, d), k, v (S, d) read in key blocks of `block` -> softmax(Q Kᵀ / √d) V, (T, d)."""
     for case in range(CASES):
         gen = case_generator(seed, case)
-        offset, half = sizes(gen, 2, 12)
-        width = 2 * half
-        got, expected = shift_by_hand(offset, width), sinusoidal_shift(offset, width)
-        if problem := shape_problem(got, expected.shape, f"M for offset {offset}, width {width}"):
-            return problem
-        got = torch.as_tensor(got, dtype=torch.float32)
-        if torch.allclose(got, expected, atol=1e-5):
+        T, S, d = sizes(gen, 3, 9)
+        block = int(torch.randint(1, 5, (1,), generator=gen))
+        q, k, v = (torch.randn(n, d, generator=gen, dtype=torch.float64) for n in (T, S, S))
+        got = tiled_attention_by_hand(q, k, v, block)
+        expected, _ = scaled_dot_product_attention(q, k, v)
+        if matches(got, expected, atol=1e-9):
             continue
-        if torch.allclose(got, expected.T, atol=1e-5):
-            return (f"your M moves back by {offset} positions, not forward: with PE[p] = (sin, cos) per pair, "
-                    "PE[p + k] = [[cos kω, sin kω], [−sin kω, cos kω]] @ PE[p]")
-        pe = sinusoidal_encoding(offset + 8, width)  # (T, width)
-        moved = pe[:8] @ got.T  # (8, width): M @ PE[p] for p = 0 … 7
-        pair = int((moved - pe[offset:offset + 8]).abs().amax(dim=0).argmax()) // 2
-        return (f"for offset {offset} and width {width}, M @ PE[p] differs from PE[p + {offset}] in pair {pair}: its "
-                f"block turns by offset · ω_{pair}, ω_i = 10000^(−2i/width), and M is zero off the 2×2 blocks")
+        blocks = [scaled_dot_product_attention(q, k[i:i + block], v[i:i + block])[0] for i in range(0, S, block)]
+        if len(blocks) > 1 and matches(got, sum(blocks) / len(blocks), atol=1e-9):
+            return "you averaged the blocks' outputs; blocks weigh by their share of the softmax sum: keep m, l, acc"
+        return value_problem(got, expected, f"the output for T={T}, S={S}, block {block}: row", atol=1e-9) or "wrong output"
     return None
 
 
 CHECKS: dict[str, Check] = {
-    "ch9.rope_half": Check(check_rope_half, "rope_half",
-          forbidden=("attention_book.positions.apply_rope",)),
-    "ch9.previous_token_score": Check(check_previous_token_score, "previous_token_score_by_hand",
-          forbidden=("attention_book.induction.previous_token_score",)),
-    "ch9.sinusoidal_shift": Check(check_sinusoidal_shift, "shift_by_hand",
-          forbidden=("attention_book.positions.sinusoidal_shift",)),
+    "ch9.running_max_and_sum": Check(check_running_max_and_sum, "running_max_and_sum",
+          forbidden=("attention_book.efficient.online_softmax",)),
+    "ch9.merge_partials": Check(check_merge_partials, "merge_partials",
+          forbidden=("attention_book.efficient.merge_partials",)),
+    "ch9.tiled_attention": Check(check_tiled_attention, "tiled_attention_by_hand",
+          forbidden=("attention_book.efficient.tiled_attention", "attention_book.attention.scaled_dot_product_attention", "torch.nn.functional.scaled_dot_product_attention")),
 }

@@ -1,5 +1,5 @@
 """What every chapter's checks share: the registry entry, the verdict, the random inputs and the feedback
-helpers for shapes and values (course tooling; the checks themselves are in `ch01` … `ch09`)."""
+helpers for shapes and values (course tooling; the checks themselves are in `ch01` … `ch11`)."""
 
 from collections.abc import Callable
 from dataclasses import dataclass
