@@ -218,6 +218,17 @@ def validate_cache_layer(cache, module: nn.Module) -> None:
                          "its own cache (Decoder.new_caches() makes one per layer), or reset() it first")
 
 
+def validate_torch_masks(**masks) -> None:
+    """`nn.MultiheadAttention`'s masks (name=mask): None, or boolean (True = blocked) or floating tensors, as
+    PyTorch takes them; an integer mask would be added to the scores as numbers (chapter 3)."""
+    for name, mask in masks.items():
+        if mask is not None and (not isinstance(mask, torch.Tensor) or
+                                 not (mask.dtype == torch.bool or mask.is_floating_point())):
+            got = f"dtype {mask.dtype}" if isinstance(mask, torch.Tensor) else type(mask).__name__
+            raise TypeError(f"{name} must be a boolean (True = blocked) or floating torch.Tensor, as "
+                            f"nn.MultiheadAttention takes it, got {got}: convert with {name}.bool()")
+
+
 def validate_stacked_weights(x, W_query, W_key, W_value) -> None:
     """x (T, E) and stacked weights (H, d_k, E), (H, d_k, E), (H, d_v, E) (chapter 3)."""
     if x.dim() != 2:
@@ -328,6 +339,7 @@ def mask_from_torch(attn_mask=None, key_padding_mask=None, num_heads: int = 1):
     """`nn.MultiheadAttention`'s attn_mask (T, S) or (B·H, T, S) and key_padding_mask (B, S), both with
     True = blocked, combined into one float mask for this package, shaped to broadcast to (B, H, T, S): four
     axes always, so that it is never ambiguous (`validate_mask_axes`)."""
+    validate_torch_masks(attn_mask=attn_mask, key_padding_mask=key_padding_mask)
     total = None
     if attn_mask is not None:
         total = additive_mask(attn_mask)

@@ -139,6 +139,8 @@ def difference(got, expected, what: str = "the result", args=()) -> str | None:
                 return problem
         return None
     if isinstance(expected, (int, float)) and not isinstance(expected, bool):
+        if isinstance(got, (str, bytes, bool, np.bool_)):  # float("1.0") and float(True) would pass
+            return f"{what} should be a number, yours is {type(got).__name__} {got!r}"
         try:
             number = float(got)
         except (TypeError, ValueError):
@@ -146,6 +148,8 @@ def difference(got, expected, what: str = "the result", args=()) -> str | None:
         if math.isclose(number, expected, rel_tol=1e-6, abs_tol=1e-9):
             return None
         return f"{what} is {_number(number)}, expected {_number(expected)}"
+    if isinstance(got, np.generic) and isinstance(expected, (bool, int, float, str)):
+        got = got.item()  # a NumPy bool or number reads as the Python one: True, not np.True_
     return None if got == expected else f"{what} is {got!r}, expected {expected!r}"
 
 
