@@ -1,4 +1,4 @@
-"""Explanatory diagrams for chapters 1-9 of "Attention from scratch", drawn with matplotlib.
+"""Explanatory diagrams for chapters 1-12 of "Attention from scratch", drawn with matplotlib.
 
 Writes one SVG per diagram into chapters/figures/:
 
@@ -16,6 +16,7 @@ Writes one SVG per diagram into chapters/figures/:
     transformer_block.svg            (chapter 3)  where multi-head attention sits in a transformer block
     encoder_decoder.svg              (chapter 4)  an encoder-decoder: the encoder's keys and values serve every step
     latent_attention.svg             (chapter 7)  multi-head latent attention at a decode step, absorbed form
+    gpt_stack.svg                    (chapter 12) the GPT chapter 12 assembles, one Block opened, every shape
 
 Each chapter's drawings live in a module of their own, diagrams/ch01.py ... ch09.py, beside the shared
 primitives (diagrams/primitives.py: palette, boxes, arrows, the layout check, deterministic saving);
@@ -44,9 +45,10 @@ from ch06 import keras_decoder_flow
 from ch07 import block_table, grouped_query_heads, kv_cache_decode_step, latent_attention, ring_buffer
 from ch08 import tile_schedule
 from ch09 import induction_circuit, k_composition_ablation, rope_rotation
+from ch12 import gpt_stack
 from primitives import FIGURES, plt
 
-DIAGRAMS = (embedding_lookup, scaled_dot_product_attention, multihead_split_merge, cross_attention, causal_mask_alignments, keras_decoder_flow, kv_cache_decode_step, grouped_query_heads, ring_buffer, block_table, tile_schedule, rope_rotation, induction_circuit, k_composition_ablation, transformer_block, encoder_decoder, latent_attention)
+DIAGRAMS = (embedding_lookup, scaled_dot_product_attention, multihead_split_merge, cross_attention, causal_mask_alignments, keras_decoder_flow, kv_cache_decode_step, grouped_query_heads, ring_buffer, block_table, tile_schedule, rope_rotation, induction_circuit, k_composition_ablation, transformer_block, encoder_decoder, latent_attention, gpt_stack)
 
 
 def main():

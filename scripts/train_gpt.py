@@ -7,7 +7,7 @@ the curves, vocabulary, settings, machine and training time to src/attention_boo
 chapter 12 reads. Deterministic: a rerun on the same machine writes the same weights and curves, bit for
 bit (tests/test_gpt.py checks it on a short run).
 
-Run from the repository root (about 8 minutes on one thread of a loaded CPU):  .venv/bin/python scripts/train_gpt.py
+Run from the repository root (about 20 minutes on one thread of a loaded 2-core CPU):  .venv/bin/python scripts/train_gpt.py
 `--corpus PYTHON [PYTHON ...]` instead rewrites gpt_corpus.json from the interpreters given (paths to
 python3.10 ... python3.13); it trains nothing.
 """

@@ -29,15 +29,15 @@ CORPUS_FILE, WEIGHTS_FILE, RESULT_FILE = "gpt_corpus.json", "gpt_weights.pt", "g
 class GPTTrainConfig:
     """How chapter 12's model is trained (`scripts/train_gpt.py`)."""
 
-    steps: int = 1500  # optimiser steps
+    steps: int = 5000  # optimiser steps
     batch_size: int = 16  # B windows per step
     context_length: int = 128  # T characters per window; also the model's context_length
-    learning_rate: float = 2e-3  # AdamW's peak, after a linear warm-up, then a cosine decay to a tenth
+    learning_rate: float = 3e-3  # AdamW's peak, after a linear warm-up, then a cosine decay to a tenth
     warmup: int = 100  # steps of linear warm-up
     weight_decay: float = 0.1  # on the matrices only, as nanoGPT does
     seed: int = 1234  # torch.manual_seed before the model is built; batches come from their own generator
     validation_fraction: float = 0.1  # the last tenth of the corpus is held out
-    eval_every: int = 100  # steps between two measurements of the curves
+    eval_every: int = 500  # steps between two measurements of the curves
     eval_windows: int = 64  # fixed windows the curves are measured on, from each split
 
 
