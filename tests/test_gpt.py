@@ -76,6 +76,7 @@ def test_training_is_deterministic(text):
     fresh = gpt.initialise(Decoder(gpt.model_config(len(gpt.vocabulary(small)), TINY.context_length)))
     assert not torch.equal(fresh.blocks[0].mlp[0].weight, first.blocks[0].mlp[0].weight)  # training moved it
     assert curves_1["train"][-1] < curves_1["train"][0]
+    assert not torch.are_deterministic_algorithms_enabled()  # train() leaves the caller's setting as it was
 
 
 def test_initial_loss_is_about_log_v(text):
