@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 import torch
 
+import attention_book.multihead
 from attention_book.course import checks, notebooks as assignments
 from attention_book.notebook_form import label_of
 from attention_book.keras_decoder import KerasDecoderConfig, decoder_forward, keras_weight_map
+from attention_book.course.checks import ch12
 from attention_book.positions import apply_rope, sinusoidal_shift
 from conftest import NOTEBOOKS
 
@@ -86,10 +88,37 @@ def _two_layers_with(datasets, tokens, group):
 
     w = _named(datasets, group)
     return read_out(w, attention_layer(w, attention_layer(w, w["embedding"][tokens])))
+def _block(weights, num_heads):
+    """Chapter 7's DecoderBlock holding `weights` (chapter 12's exercise passes a block's state dict)."""
+    from attention_book.decoder import DecoderBlock, DecoderConfig
+
+    E = weights["norm1.weight"].shape[0]
+    block = DecoderBlock(DecoderConfig(vocab_size=2, context_length=8, embed_dim=E, num_heads=num_heads,
+                                       num_layers=1))
+    block.load_state_dict(weights)
+    return block
+
+
+def _attention(weights, num_heads):
+    """Chapter 3's MultiHeadAttention holding `weights`."""
+    mha = attention_book.multihead.MultiHeadAttention(weights["q_proj.weight"].shape[1], num_heads)
+    mha.load_state_dict(weights)
+    return mha
 
 
 # A deliberately wrong solution for every check, and the feedback it must get.
 WRONG = {
+    "ch12.block": (lambda x, w, H: ch12.block_variants(_block(w, H), x)["post-norm"],
+                   r"that is a post-norm block, norm\(x \+ f\(x\)\)"),
+    "ch12.lm_loss": (lambda logits, tokens: -logits.log_softmax(-1).gather(-1, tokens[..., None]).mean(),
+                     r"position t is scored on token t, which it already sees"),
+    "ch12.filter_logits": (lambda logits, k, p: logits.masked_fill(torch.zeros_like(logits, dtype=torch.bool).scatter(
+        -1, logits.sort(-1, descending=True).indices, logits.sort(-1, descending=True).values.softmax(-1).cumsum(-1)
+        > p), float("-inf")) if p is not None else logits if k is None else
+        logits.masked_fill(logits < logits.topk(k).values[:, -1:], float("-inf")),
+        r"the token whose probability carries the running sum past p must be kept too"),
+    "ch12.without_head": (lambda x, w, H, head: ch12.attention_without(_attention(w, H), x, [head], bias=False),
+                          r"W\^O's bias belongs to no head"),
     "ch1.embed": (lambda ids, table: table[: len(ids)], r"the embeddings of ids .*; position t gets row ids\[t\]"),
     "ch3.mask_to_sdpa": (lambda attn_mask, key_padding_mask: attn_mask[None, None] | key_padding_mask[:, None, None, :],
                          r"the convention is flipped: nn.MultiheadAttention's True means blocked"),
@@ -265,8 +294,9 @@ def test_checks_live_one_module_per_chapter_and_name_what_they_forbid():
     to something that exists (a typo would forbid nothing)."""
     import importlib
 
-    for number, module in enumerate(checks.CHAPTERS, 1):
-        assert module.__name__.endswith(f".ch{number:02d}")
+    numbers = [int(module.__name__[-2:]) for module in checks.CHAPTERS]
+    assert numbers == sorted(set(numbers)), "one module per chapter, in the chapters' order"
+    for number, module in zip(numbers, checks.CHAPTERS, strict=True):
         assert module.CHECKS and all(name.startswith(f"ch{number}.") for name in module.CHECKS), module.__name__
     for name, entry in checks.CHECKS.items():
         assert isinstance(entry.forbidden, tuple), name

@@ -366,6 +366,25 @@ CALLS_THE_REFERENCE = {
                                 "    return previous_token_score(weights[None])\n",
     "ch10.sinusoidal_shift": "from attention_book.positions import sinusoidal_shift\n\n\n"
                             "def shift_by_hand(offset, width):\n    return sinusoidal_shift(offset, width)\n",
+    "ch12.block": "from attention_book.decoder import DecoderBlock, DecoderConfig\n\n\n"
+                  "def block_by_hand(x, w, num_heads):\n"
+                  "    config = DecoderConfig(vocab_size=2, context_length=x.shape[1], embed_dim=x.shape[-1],\n"
+                  "                           num_heads=num_heads, num_layers=1)\n"
+                  "    block = DecoderBlock(config)\n    block.load_state_dict(w)\n    return block(x)\n",
+    "ch12.lm_loss": "import torch.nn.functional as F\n\n\ndef lm_loss_by_hand(logits, tokens):\n"
+                    "    return F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())\n",
+    "ch12.filter_logits": "from attention_book.gpt import top_k_top_p\n\n\n"
+                          "def filter_logits(logits, top_k=None, top_p=None):\n"
+                          "    return top_k_top_p(logits, top_k, top_p)\n",
+    "ch12.without_head": "import torch\n\nfrom attention_book.multihead import MultiHeadAttention\n\n\n"
+                         "def without_head(x, w, num_heads, head):\n"
+                         "    E, T = x.shape[-1], x.shape[1]\n    d = E // num_heads\n"
+                         "    w = {name: t.clone() for name, t in w.items()}\n"
+                         "    w['v_proj.weight'][head * d:(head + 1) * d] = 0  # the head's values: zero\n"
+                         "    w['v_proj.bias'][head * d:(head + 1) * d] = 0\n"
+                         "    mha = MultiHeadAttention(E, num_heads)\n    mha.load_state_dict(w)\n"
+                         "    mask = torch.ones(T, T, dtype=torch.bool).tril()[None, None]\n"
+                         "    return mha(x, mask=mask)[0]\n",
 }
 
 

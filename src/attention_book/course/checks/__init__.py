@@ -1,7 +1,7 @@
 """Checks for the graded exercises: a student's function against the reference on random inputs (course
 tooling; the chapters call `check` through `from attention_book.course import check`).
 
-One module per chapter (`ch01` … `ch11`) holds that chapter's checks and its registry entries; `common`
+One module per chapter (`ch01` … `ch12`) holds that chapter's checks and its registry entries; `common`
 holds what they share. A check is one function `check_x(student, seed)` that calls `student` on random
 inputs drawn from `seed` and returns None when every answer is right, else the first specific problem it
 finds. Its registry entry (`Check`) names the exercise ("chN.name"), the function a solution cell
@@ -18,11 +18,11 @@ function name and the forbidden tuple, and name the same dotted names in the exe
 from collections.abc import Callable
 
 from ..feedback import Result
-from . import ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10, ch11
+from . import ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10, ch11, ch12
 from .ch10 import rope_half_reference
 from .common import CASES, Check
 
-CHAPTERS = (ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10, ch11)
+CHAPTERS = (ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10, ch11, ch12)
 CHECKS: dict[str, Check] = {name: entry for chapter in CHAPTERS for name, entry in chapter.CHECKS.items()}
 
 
