@@ -105,14 +105,15 @@ $(addprefix portability-,$(PORTABILITY_VARIANTS)): $(STAMP)
 portability: $(STAMP)
 	$(MAKE) --no-print-directory -k $(addprefix portability-,$(PORTABILITY_VARIANTS))
 
-# make versions: the chapters under nbval in each version set of version-sets/*.txt: Colab's runtime as last
-# announced (colab) and the oldest versions pyproject.toml declares (lower). Each set gets its own venv in
+# make versions: the chapters under nbval in each version set of version-sets/*.txt: Colab's default runtime
+# and its runtime 2026.07, from Colab's own record (googlecolab/backend-info's pip-freeze.txt; each file
+# cites its commit), and the oldest versions pyproject.toml declares (lower). Each set gets its own venv in
 # .venv-versions/, built from the registry by scripts/versions_venv.sh with the package installed without
 # requirements.txt's pins (the first time about 9 minutes and 8 GB per set, mostly torch's CUDA wheels;
 # rebuilt when the set or pyproject.toml changes). The printing rule's tests run there too. The version
 # cells are the only outputs allowed to differ, and only in the versions they print: tests/nbval_versions.cfg.
-# One set: `make versions VERSION_SETS=colab`; with -k every set runs and reports.
-VERSION_SETS ?= colab lower
+# One set: `make versions VERSION_SETS=colab-default`; with -k every set runs and reports.
+VERSION_SETS ?= colab-default colab-2026.07 lower
 VERSIONS_SANITIZE := _build/nbval_versions.cfg
 .PHONY: $(addprefix versions-,$(VERSION_SETS))
 versions: $(addprefix versions-,$(VERSION_SETS))

@@ -26,6 +26,10 @@ Run from the repository root:
     .venv/bin/python diagrams/draw.py                        # the SVGs only
     .venv/bin/python diagrams/draw.py --png-dir /tmp/diagrams  # and a PNG copy of each, to look at
 
+Then every chapter notebook that shows a diagram as `attachment:name.svg` (issue 40: Colab loads no
+relative path) gets the new SVG in its cell's attachments, so the notebook alone shows every diagram;
+tests/test_diagrams.py checks they are byte-identical to chapters/figures.
+
 The SVGs are byte-for-byte the same on every run (fixed hash salt, no date, no randomness), so a diff
 shows only real changes. Every diagram is drawn on an axes that fills the figure with one data unit per
 inch, so positions and sizes below are in inches. Before saving, `check_layout` fails if any text leaves
@@ -33,7 +37,10 @@ the figure or overlaps other text.
 """
 
 import argparse
+import sys
 from pathlib import Path
+
+import nbformat
 
 from ch01 import embedding_lookup
 from ch02 import scaled_dot_product_attention
@@ -47,6 +54,9 @@ from ch09 import tile_schedule
 from ch10 import rope_rotation
 from ch11 import induction_circuit, k_composition_ablation
 from primitives import FIGURES, plt
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # the package, also when not installed
+from attention_book.notebook_form import attach_figures  # noqa: E402
 
 DIAGRAMS = (embedding_lookup, scaled_dot_product_attention, multihead_split_merge, cross_attention, causal_mask_alignments, keras_decoder_flow, kv_cache_decode_step, grouped_query_heads, ring_buffer, block_table, tile_schedule, rope_rotation, induction_circuit, k_composition_ablation, transformer_block, encoder_decoder, latent_attention)
 
@@ -62,6 +72,17 @@ def main():
         if not args.names or draw.__name__ in args.names:
             draw(args.png_dir)
             print(f"wrote {args.out / draw.__name__}.svg")
+    if args.out.resolve() == FIGURES.resolve():
+        sync_attachments(FIGURES.parent)
+
+
+def sync_attachments(chapters: Path) -> None:
+    """Refresh the diagrams attached to the chapter notebooks' markdown cells from chapters/figures."""
+    for path in sorted(chapters.glob("*.ipynb")):
+        notebook = nbformat.read(path, as_version=4)
+        if attach_figures(notebook, chapters / "figures"):
+            nbformat.write(notebook, path)
+            print(f"updated the diagrams attached to {path}")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Build (once) the virtual environment of one version set for `make versions`:
-#   scripts/versions_venv.sh version-sets/colab.txt   -> .venv-versions/colab
-# A set file names the Python (`python=3.12`, found with pyenv or as python3.12 on PATH) and pins
-# requirements; the package is installed editable with its `tf` extra, without requirements.txt's pins,
+#   scripts/versions_venv.sh version-sets/colab-default.txt   -> .venv-versions/colab-default
+# A set file names the Python (`python=3.13`: pyenv's newest 3.13.x, else python3.13 on PATH) and pins
+# requirements; the package is installed editable with its `tf` and `transformers` extras, without
+# requirements.txt's pins,
 # so pip fills in the rest as a reader's `pip install` would. The stamp holds the set's hash: editing
 # the set rebuilds its venv.
 set -euo pipefail
@@ -27,7 +28,7 @@ start=$(date +%s)
 grep -v -E '^(#|python=|$)' "$set_file" > "$venv/pins.txt"
 # The set's pins, the package with its TensorFlow extra, and what nbval needs to run a notebook; ipywidgets
 # as Colab has it (without it tqdm.auto warns on stderr in a kernel).
-"$venv/bin/python" -m pip install -q -r "$venv/pins.txt" -e ".[tf]" "nbval==0.11.0" pytest ipykernel ipywidgets pyyaml \
+"$venv/bin/python" -m pip install -q -r "$venv/pins.txt" -e ".[tf,transformers]" "nbval==0.11.0" pytest ipykernel ipywidgets pyyaml \
   2> >(grep -v -E "^WARNING: Location .* is ignored" >&2)
 "$venv/bin/python" -m pip check
 "$venv/bin/python" -m pip freeze --exclude-editable > "$venv/freeze.txt"

@@ -3,7 +3,6 @@ what its check forbids. Edits only the markdown text of those exercise cells, in
 the line is missing. Run once: `.venv/bin/python scripts/write_it_yourself.py chapters/0[5-9]_*.ipynb`."""
 
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import nbformat
 
 from attention_book.course.checks import CHECKS
 from attention_book.course.export import graded_exercises
+from attention_book.notebook_form import label_of
 
 
 def line(forbidden: tuple[str, ...]) -> str:
@@ -26,14 +26,13 @@ def main(paths: list[str]) -> None:
         changed = 0
         for cell in raw["cells"]:
             source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-            label = re.search(r"^:label:\s*(\S+)", source, re.M)
-            if cell["cell_type"] != "markdown" or "{exercise}" not in source or label is None:
+            label = label_of(cell, "exercise")
+            if cell["cell_type"] != "markdown" or label is None:
                 continue
-            name = exercises.get(label.group(1))
+            name = exercises.get(label)
             if name is None or not CHECKS[name].forbidden or "**Write it yourself:**" in source:
                 continue
-            fence = re.search(r"\n([`:]{3,})\s*$", source)
-            new = source[:fence.start()].rstrip("\n") + "\n\n" + line(CHECKS[name].forbidden) + source[fence.start():]
+            new = source.rstrip("\n") + "\n\n" + line(CHECKS[name].forbidden)
             cell["source"] = new.splitlines(keepends=True) if isinstance(cell["source"], list) else new
             changed += 1
         path.write_text(json.dumps(raw, indent=1, ensure_ascii=False) + "\n")

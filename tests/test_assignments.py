@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from attention_book.course import checks, notebooks as assignments
+from attention_book.notebook_form import label_of
 from attention_book.positions import apply_rope, sinusoidal_shift
 from conftest import NOTEBOOKS
 
@@ -18,10 +19,10 @@ def solution_cells(path):
     cells = nbformat.read(path, as_version=4).cells
     found = []
     for i, cell in enumerate(cells):
-        if cell.cell_type == "markdown" and (start := assignments.SOLUTION_START.search(cell.source)):
-            solution, check_cell = cells[i + 1].source, cells[i + 3].source
+        if cell.cell_type == "code" and (label := label_of(cell, "solution")):
+            check_cell = next(c.source for c in cells[i + 1:] if c.cell_type == "code" and "check(" in c.source)
             name, function = re.search(r'check\("([\w.]+)", (\w+)\)', check_cell).groups()
-            found.append((start.group(1), solution, name, function))
+            found.append((label, cell.source, name, function))
     return found
 
 
@@ -37,8 +38,8 @@ def define(source: str, function: str):
 
 def test_every_chapter_has_three_graded_exercises():
     for path in NOTEBOOKS:
-        sources = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown"]
-        assert sum("{exercise}" in s for s in sources) >= 3, path.name
+        cells = nbformat.read(path, as_version=4).cells
+        assert sum(bool(label_of(c, "exercise")) for c in cells) >= 3, path.name
         assert len(solution_cells(path)) >= 3, path.name
     assert {name for _, _, _, name, _ in GRADED} == set(checks.CHECKS), "every check is used by a chapter"
 
@@ -57,7 +58,7 @@ def test_reference_solution_passes(chapter, label, solution, name, function, cap
 def test_student_stub_fails_with_its_hint(chapter, label, solution, name, function):
     stub = assignments.stub(solution)
     assert "NotImplementedError" in stub
-    hint = assignments.HINT.search(solution).group(1)
+    hint = assignments.hint_of(solution)
     result = checks.evaluate(name, define(stub, function))
     assert not result.passed
     assert result.message == f"not implemented yet. Hint: {hint}"
@@ -187,12 +188,13 @@ def test_student_notebooks_keep_everything_but_solutions(students):
         teacher = nbformat.read(path, as_version=4)
         student = nbformat.read(students[path.name], as_version=4)
         text = "\n".join(c.source for c in student.cells)
-        assert "{solution" not in text, f"{path.name}: a solution leaked"
+        assert not any(label_of(c, "solution") for c in student.cells), f"{path.name}: a solution leaked"
+        assert "Solutions are folded away" not in text, f"{path.name}: says solutions are folded in a notebook without"
         assert all(not c.get("outputs") and c.get("execution_count") is None for c in student.cells if c.cell_type == "code")
         for _, solution, _, _ in solution_cells(path):
             body = solution.split('"""')[-1]  # the code after the docstring
             assert body.strip() not in text
-        kept = [c.source for c in teacher.cells if "{solution" not in c.source and not c.source.startswith("# Hint:")]
+        kept = [c.source for c in teacher.cells if not label_of(c, "solution") and "Solutions are folded" not in c.source]
         assert all(source in text for source in kept), f"{path.name}: a cell other than a solution was changed"
 
 
@@ -205,6 +207,18 @@ def test_stub_keeps_imports_signature_and_docstring():
         'def f(a, b=2):\n    """Doc."""\n    raise NotImplementedError(\'think.\')'
     with pytest.raises(ValueError, match="must start with a '# Hint: ...' line"):
         assignments.stub("def f():\n    return 1\n")
+
+
+def test_a_hint_over_several_comment_lines_is_kept_whole():
+    """Chapter 5's hints span two comment lines; the stub's message holds both (issue 40: cut-off hints)."""
+    solution = "# Hint: position i may see positions 0..i; torch.tril of a\n# boolean matrix keeps them.\n" \
+               "import torch\n\n\ndef f(T):\n    \"\"\"Doc.\"\"\"\n    return T  # not part of the hint\n"
+    assert assignments.hint_of(solution) == "position i may see positions 0..i; torch.tril of a boolean matrix keeps them."
+    assert "keeps them." in assignments.stub(solution) and "not part" not in assignments.stub(solution)
+    for path in NOTEBOOKS:  # the student's stubs fit the page like every code line of the book
+        for _, source, _, _ in solution_cells(path):
+            wide = [line for line in assignments.stub(source).splitlines() if len(line) > 79]
+            assert not wide, f"{path.name}: stub lines wider than 79 columns: {wide}"
 
 
 def test_checks_live_one_module_per_chapter_and_name_what_they_forbid():
@@ -324,7 +338,7 @@ def test_the_student_edition_has_no_solutions_and_its_buttons_open_student_noteb
     for path in NOTEBOOKS:
         student = nbformat.read(edition / "chapters" / path.name, as_version=4)
         text = "\n".join(c.source for c in student.cells)
-        assert "{solution" not in text, f"{path.name}: a solution leaked"
+        assert not any(label_of(c, "solution") for c in student.cells), f"{path.name}: a solution leaked"
         for _, solution, _, _ in solution_cells(path):
             assert solution.split('"""')[-1].strip() not in text
         teacher = nbformat.read(path, as_version=4)

@@ -89,9 +89,7 @@ def test_solution_markers_wrap_each_function_body_after_its_docstring():
 
 def test_an_exercise_without_its_check_is_an_error():
     notebook = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_markdown_cell("````{exercise} T\n:label: ch5-x\n\nDo it.\n````"),
-        nbformat.v4.new_markdown_cell("```{solution-start} ch5-x\n```"),
-        nbformat.v4.new_code_cell("# Hint: h\ndef f():\n    return 1"),
-        nbformat.v4.new_markdown_cell("```{solution-end}\n```")])
-    with pytest.raises(ValueError, match="exercise 'ch5-x' needs an {exercise} cell with :label: ch5-x and a check"):
+        nbformat.v4.new_markdown_cell("**Exercise 5.1 — T**\n\nDo it.", metadata={"exercise": {"label": "ch5-x"}}),
+        nbformat.v4.new_code_cell("# Hint: h\ndef f():\n    return 1", metadata={"solution": {"label": "ch5-x"}})])
+    with pytest.raises(ValueError, match="exercise 'ch5-x' needs an exercise cell .* and a check"):
         export.graded_exercises(notebook)

@@ -48,3 +48,38 @@ def test_attention_grid_shares_one_colour_scale():
     assert sum(ax.get_label() == "<colorbar>" for ax in fig.axes) == 1
     assert not fig.axes[3].axison  # the fourth cell of the 2 × 2 grid is empty
     plt.close(fig)
+
+
+def helper_figures():
+    """One figure from every plotting helper, at its default size, with long rows of labels."""
+    import matplotlib.pyplot as plt
+
+    from attention_book import plotting
+
+    words = [f"w{i}" for i in range(16)]
+    rng = np.random.default_rng(0)
+    yield "plot_heatmap", plotting.plot_heatmap(rng.normal(size=(6, 16)), words[:6], words).figure
+    yield "plot_attention", plotting.plot_attention(rng.random((6, 6)), words[:6]).figure
+    yield "plot_attention_grid", plotting.plot_attention_grid({"a": rng.random((6, 12)), "b": rng.random((6, 12))},
+                                                              words[:6], words[:12])
+    yield "plot_scaling", plotting.plot_scaling([1, 4, 16], [1, 4, 16], [(0.5, 0.3)] * 3, [(0.4, 0.2)] * 3)
+    yield "plot_mixing", plotting.plot_mixing(rng.normal(size=(6, 16)), rng.normal(size=(6, 16)), words[:6]).figure
+    yield "plot_bars", plotting.plot_bars(words[:8], list(range(1, 9)), ylabel="y", title="t").figure
+    yield "plot_lines", plotting.plot_lines([1, 2], {"a": [1, 2], "b": [2, 1]}, xlabel="x", ylabel="y",
+                                            title="t").figure
+    plt.close("all")
+
+
+def test_every_helper_draws_text_readable_at_page_width():
+    """Issue 40: no helper's figure is wider than PAGE_INCHES (shown at 0.65 of its size or more in the
+    article) and no text in it is smaller than MIN_FONT points (9 CSS px or more on the page)."""
+    from matplotlib.text import Text
+
+    from attention_book.plotting import MIN_FONT, PAGE_INCHES
+
+    for name, figure in helper_figures():
+        width = figure.get_size_inches()[0]
+        assert width <= PAGE_INCHES + 1e-9, f"{name}: {width:.2f} in wide, the page shows {PAGE_INCHES}"
+        texts = [t for t in figure.findobj(Text) if t.get_text().strip() and t.get_visible()]
+        small = sorted({(t.get_fontsize(), t.get_text()[:20]) for t in texts if t.get_fontsize() < MIN_FONT})
+        assert not small, f"{name}: text below {MIN_FONT} pt: {small[:5]}"

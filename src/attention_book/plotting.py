@@ -4,6 +4,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.colors import CenteredNorm
 
+# Readable at page width (issue 40): the book's article is 676 px wide at a 1280-px window and the inline
+# backend draws at 100 dpi, so a figure at most PAGE_INCHES wide shows at 0.65 of its size or more, and
+# text of MIN_FONT points (13.9 px drawn) at 9 CSS px or more. tests/test_plotting.py holds every helper
+# to both; tests/browser/test_page_layout.py measures the rendered pages.
+PAGE_INCHES = 10.0
+MIN_FONT = 10
 DIVERGING = {"RdBu", "RdBu_r", "coolwarm", "bwr", "seismic", "PiYG", "PRGn", "BrBG", "PuOr", "RdGy", "RdYlBu"}
 
 
@@ -15,7 +21,7 @@ def _as_array(matrix) -> np.ndarray:
 
 def plot_heatmap(matrix, row_labels, col_labels, *, ax=None, title=None, xlabel="key", ylabel="query",
                  cmap="viridis", annotate=True, fmt="{:.2f}", vmin=None, vmax=None, colorbar=True,
-                 fontsize=8):
+                 fontsize=MIN_FONT):
     """A matrix with labelled rows and columns and its values written in the cells (chapters 1-5).
 
     `vmin`/`vmax` fix the colour scale, so that several heatmaps compare on one scale."""
@@ -24,7 +30,8 @@ def plot_heatmap(matrix, row_labels, col_labels, *, ax=None, title=None, xlabel=
         raise ValueError(f"matrix of shape {values.shape} does not match {len(row_labels)} row and "
                          f"{len(col_labels)} column labels")
     if ax is None:
-        _, ax = plt.subplots(figsize=(0.75 * len(col_labels) + 2.0, 0.6 * len(row_labels) + 1.5))
+        cell = min(0.75, (PAGE_INCHES - 2.0) / len(col_labels))  # inches per column, within the page
+        _, ax = plt.subplots(figsize=(cell * len(col_labels) + 2.0, 0.6 * len(row_labels) + 1.5))
     norm = None
     if cmap in DIVERGING and np.nanmin(values) < 0 < np.nanmax(values):
         norm = CenteredNorm()  # symmetric about 0: the neutral colour means 0, not the middle of the range
@@ -61,13 +68,14 @@ def plot_attention(weights, query_tokens, key_tokens=None, *, ax=None, title="at
     return plot_heatmap(weights, query_tokens, key_tokens, ax=ax, title=title, cmap="Blues", **options)
 
 
-def plot_attention_grid(maps: dict, query_tokens, key_tokens=None, *, columns=2, title=None, fontsize=11,
+def plot_attention_grid(maps: dict, query_tokens, key_tokens=None, *, columns=2, title=None, fontsize=MIN_FONT + 1,
                         cell_inches=0.45, annotate=True):
     """Several attention maps (title -> (T, S) weights) in a grid on one colour scale, 0 to 1 (chapters 3-4).
 
     One shared scale and one colour bar: a flat map looks flat beside a sharp one."""
     key_tokens = query_tokens if key_tokens is None else key_tokens
     rows = -(-len(maps) // columns)
+    cell_inches = min(cell_inches, ((PAGE_INCHES - 0.8) / columns - 1.3) / len(key_tokens))  # within the page
     width = columns * (cell_inches * len(key_tokens) + 1.3) + 0.8
     height = rows * (cell_inches * len(query_tokens) + 1.2)
     fig, axes = plt.subplots(rows, columns, figsize=(width, height), squeeze=False)
@@ -92,7 +100,7 @@ def plot_scaling(d_ks, variances, unscaled, scaled):
 
     `variances[i]` is Var(q·k) at d_ks[i]; `unscaled`/`scaled` are lists of (max weight, Jacobian norm).
     """
-    fig, (ax_var, ax_max, ax_grad) = plt.subplots(1, 3, figsize=(13, 3.6))
+    fig, (ax_var, ax_max, ax_grad) = plt.subplots(1, 3, figsize=(PAGE_INCHES, 3.6))
     ax_var.plot(d_ks, variances, "o-", label="measured Var(q·k)")
     ax_var.plot(d_ks, d_ks, "k--", label="d_k")
     ax_var.set(xscale="log", yscale="log", xlabel="d_k", title="variance of a dot product")
@@ -139,7 +147,7 @@ def plot_bars(labels, values, *, ylabel, title, ax=None):
         raise ValueError(f"labels and values must have one entry per bar, got {len(labels)} labels and "
                          f"{len(values)} values")
     if ax is None:
-        _, ax = plt.subplots(figsize=(1.6 * len(labels) + 2, 3.5))
+        _, ax = plt.subplots(figsize=(min(1.6 * len(labels) + 2, PAGE_INCHES), 3.5))
     bars = ax.bar(labels, values, color=plt.cm.tab10.colors[: len(labels)])
     ax.bar_label(bars, fmt="%.3g")
     ax.set(ylabel=ylabel, title=title)

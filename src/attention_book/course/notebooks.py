@@ -1,11 +1,13 @@
 """Student notebooks from the chapters: solutions stubbed, written solutions removed, outputs cleared
 (course tooling; run by `python -m attention_book.course student`).
 
-In a chapter, a graded exercise's solution is a code cell between two markdown cells holding the
-sphinx-exercise gates `{solution-start} label` and `{solution-end}`; its first line is `# Hint: ...`.
-The student version keeps every other cell, keeps the imports of such a cell (grading runs it alone) and
-turns each of its functions into its signature and docstring followed by `raise NotImplementedError(hint)`, drops prose solutions (`{solution}` cells) and
-all outputs.
+In a chapter (the form of attention_book.notebook_form), a graded exercise's solution is a code cell
+whose metadata is `{"solution": {"label": ...}}`, possibly followed by markdown cells with the same
+metadata (its closing prose); its first lines are the hint, `# Hint: ...` and the comment lines that
+continue it. The student version keeps every other cell, keeps the imports of such a cell (grading runs it
+alone) and turns each of its functions into its signature and docstring followed by
+`raise NotImplementedError(hint)`, drops written solutions (markdown cells with solution metadata), the
+line that says solutions are folded away, and all outputs.
 """
 
 import ast
@@ -15,17 +17,25 @@ from pathlib import Path
 
 import nbformat
 
-SOLUTION_START = re.compile(r"\{solution-start\}\s*(\S+)")
-SOLUTION_END = "{solution-end}"
-PROSE_SOLUTION = re.compile(r"^[`:]{3,}\{solution\}", re.M)
-HINT = re.compile(r"^#\s*Hint:\s*(.+)$", re.M)
+from ..notebook_form import label_of
+
+HINT = re.compile(r"^#\s*Hint:\s*(?P<first>.+)\n(?P<more>(?:#(?!\s*Hint:) ?.*\n)*)", re.M)
+FOLDED = re.compile(r"Solutions are folded away[^.]*\.[ \t]*")  # true in the book, not in a student notebook
+EXERCISE_NUMBER = re.compile(r"\A\*\*Exercise (?P<number>[\d.]+)")
+
+
+def hint_of(source: str) -> str:
+    """The hint at the top of a solution cell: its `# Hint:` line and the comment lines continuing it."""
+    match = HINT.search(source if source.endswith("\n") else source + "\n")
+    if match is None:
+        raise ValueError(f"a solution cell must start with a '# Hint: ...' line:\n{source}")
+    more = [line.lstrip("#").strip() for line in match["more"].splitlines()]
+    return " ".join([match["first"].strip(), *more]).strip()
 
 
 def stub(source: str) -> str:
     """The imports of a solution cell, and each top-level function reduced to signature, docstring and the hint."""
-    hint = HINT.search(source)
-    if hint is None:
-        raise ValueError(f"a solution cell must start with a '# Hint: ...' line:\n{source}")
+    hint = hint_of(source)
     tree = ast.parse(source)
     lines = source.splitlines()
     functions = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
@@ -41,36 +51,45 @@ def stub(source: str) -> str:
         keep_until = body[0].end_lineno if has_docstring else body[0].lineno - 1  # signature (+ docstring)
         start = function.decorator_list[0].lineno if function.decorator_list else function.lineno
         indent = " " * body[0].col_offset
-        parts.append("\n".join(lines[start - 1:keep_until] + [f"{indent}raise NotImplementedError({hint.group(1)!r})"]))
+        parts.append("\n".join(lines[start - 1:keep_until] + [raise_with(hint, indent)]))
     return "\n\n\n".join(parts)
+
+
+def raise_with(hint: str, indent: str, width: int = 79) -> str:
+    """`raise NotImplementedError(hint)` within `width` columns: a long hint as adjacent string pieces."""
+    line = f"{indent}raise NotImplementedError({hint!r})"
+    if len(line) <= width:
+        return line
+    import textwrap
+
+    pieces = textwrap.wrap(hint, width - len(indent) - 8, drop_whitespace=False)
+    return f"{indent}raise NotImplementedError(\n" + "\n".join(f"{indent}    {piece!r}" for piece in pieces) + ")"
 
 
 def student_notebook(notebook: nbformat.NotebookNode, keep_outputs: bool = False) -> nbformat.NotebookNode:
     """A copy of a chapter with solution code stubbed, prose solutions removed and outputs cleared (with
     `keep_outputs`, only the stubs' outputs: the student edition of the book shows every other result)."""
     result = nbformat.from_dict(json.loads(json.dumps(notebook)))
-    cells, label = [], None
+    numbers = {label_of(c, "exercise"): m["number"] for c in result.cells
+               if label_of(c, "exercise") and (m := EXERCISE_NUMBER.match(c.source))}
+    cells = []
     for cell in result.cells:
-        source = cell.source
-        if cell.cell_type == "markdown" and (start := SOLUTION_START.search(source)):
-            label = start.group(1)
-            cells.append(nbformat.v4.new_markdown_cell(
-                f"**Your solution** to exercise `{label}`: replace `raise NotImplementedError(...)` with your code. "
-                "The cell is graded on its own, so keep in it every import and helper your function needs."))
-            continue
-        if cell.cell_type == "markdown" and SOLUTION_END in source:
-            label = None
-            continue
-        if cell.cell_type == "markdown" and PROSE_SOLUTION.search(source):
-            continue  # a written solution: for the teacher, not the student
+        label = label_of(cell, "solution")
+        if cell.cell_type == "markdown":
+            if label:
+                continue  # a written solution, or a graded one's closing words: for the teacher
+            cell.source = FOLDED.sub("", cell.source)
         if cell.cell_type == "code":
-            if label is not None:
-                cell.source = stub(source)
-            if label is not None or not keep_outputs:
+            if label:
+                exercise = f"Exercise {numbers[label]}" if label in numbers else f"exercise `{label}`"
+                cells.append(nbformat.v4.new_markdown_cell(
+                    f"**Your solution** to {exercise}: replace `raise NotImplementedError(...)` with your code. "
+                    "The cell is graded on its own, so keep in it every import and helper your function needs."))
+                cell.source = stub(cell.source)
+                del cell.metadata["solution"]  # a stub, not a solution: shown unfolded in the student edition
+            if label or not keep_outputs:
                 cell.outputs, cell.execution_count = [], None
         cells.append(cell)
-    if label is not None:
-        raise ValueError(f"solution {label!r} has no {SOLUTION_END} cell")
     result.cells = cells
     return result
 

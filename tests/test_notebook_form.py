@@ -1,0 +1,57 @@
+"""The chapters' Jupyter form becomes the book's MyST form (attention_book.notebook_form, issue 40), and
+scripts/colab_markdown.py converts the MyST form to it and back to itself unchanged."""
+
+import copy
+import importlib.util
+import json
+
+import nbformat
+
+from attention_book.notebook_form import myst_notebook
+from conftest import ROOT
+
+MYST = [
+    ("markdown", "See {cite}`vaswani2017` and exercise {ref}`ch5-x`.\n\n![A diagram.](figures/tile_schedule.svg)"),
+    ("markdown", "````{exercise} A title\n:label: ch5-x\n\nWrite $f$ with `code`.\n````"),
+    ("markdown", "```{solution-start} ch5-x\n:class: dropdown\n```"),
+    ("code", "# Hint: h\ndef f():\n    return 1"),
+    ("markdown", "Closing words.\n\n```{solution-end}\n```"),
+    ("markdown", "````{exercise}\n:label: ch5-y\n\nWhy?\n````"),
+    ("markdown", "````{solution} ch5-y\n:class: dropdown\n\nBecause.\n````"),
+]
+
+
+def notebook(cells):
+    made = [nbformat.v4.new_markdown_cell(s) if kind == "markdown" else nbformat.v4.new_code_cell(s)
+            for kind, s in cells]
+    return nbformat.v4.new_notebook(cells=made)
+
+
+def converter():
+    spec = importlib.util.spec_from_file_location("colab_markdown", ROOT / "scripts" / "colab_markdown.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_conversion_is_idempotent_and_the_hook_gives_back_the_myst_form(tmp_path):
+    path = tmp_path / "05_x.ipynb"
+    nbformat.write(notebook(MYST), path)
+    script = converter()
+    script.main([str(path)])
+    once = path.read_text()
+    script.main([str(path)])
+    assert path.read_text() == once, "a second run changes the notebook"
+    converted = json.loads(once)
+    sources = ["".join(c["source"]) for c in converted["cells"]]
+    assert sources[1] == "**Exercise 5.1 — A title**\n\nWrite $f$ with `code`."
+    assert converted["cells"][1]["metadata"] == {"exercise": {"label": "ch5-x"}}
+    assert converted["cells"][2]["metadata"]["solution"] == {"label": "ch5-x"}  # the code cell, gates gone
+    assert converted["cells"][3]["metadata"]["solution"] == {"label": "ch5-x"}  # its closing words
+    assert sources[5] == "**Solution to Exercise 5.2**\n\nBecause."
+    assert '[(Vaswani et al., 2017)](https://arxiv.org/abs/1706.03762 "cite:vaswani2017")' in sources[0]
+    assert '[5.1](#ch5-x "ref")' in sources[0] and "](attachment:tile_schedule.svg)" in sources[0]
+    assert "tile_schedule.svg" in converted["cells"][0]["attachments"]
+    back = [(c["cell_type"], "".join(c["source"]).strip()) for c in myst_notebook(copy.deepcopy(converted))["cells"]]
+    expected = MYST[:4] + [("markdown", "Closing words."), ("markdown", "```{solution-end}\n```")] + MYST[5:]
+    assert back == [(kind, source.strip()) for kind, source in expected]
