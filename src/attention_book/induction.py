@@ -40,6 +40,7 @@ class InductionConfig:
     # "alibi" (a distance penalty on the scores) or "none"
     window: int | None = None  # sliding window (chapter 8): each query sees itself and window − 1 before
     start_token: bool = False  # a learned start-of-sequence vector before position 0 (Kazemnejad et al., 2023)
+    rope_scale: float = 1.0  # RoPE's positions divided by this (position interpolation, Chen et al., 2023)
 
 
 class HeadAttention(nn.Module):
@@ -52,7 +53,7 @@ class HeadAttention(nn.Module):
     def __init__(self, config: InductionConfig):
         super().__init__()
         E, self.H = config.embed_dim, config.num_heads
-        self.positions, self.window = config.positions, config.window
+        self.positions, self.window, self.rope_scale = config.positions, config.window, config.rope_scale
         self.qkv = nn.Linear(E, 3 * E, bias=False)
         self.out = nn.Linear(E, E, bias=False)
 
@@ -78,7 +79,8 @@ class HeadAttention(nn.Module):
         else:
             query_positions, key_positions = cache.positions(T, x.device)  # (T,), (S,) or (B, T), (B, S)
         if self.positions == "rope":  # the new queries and keys at their own positions
-            q, k = apply_rope(q, positions=query_positions), apply_rope(k, positions=query_positions)
+            q = apply_rope(q, positions=query_positions, scale=self.rope_scale)
+            k = apply_rope(k, positions=query_positions, scale=self.rope_scale)
         if cache is not None:
             k, v = cache.append(k, v)  # (B, H, S, d_k): keys are cached already rotated
         scores = q @ k.transpose(-2, -1) / math.sqrt(E // self.H)  # (B, H, T, S)
