@@ -394,6 +394,13 @@ def load_length_record() -> dict:
     return json.loads(data.joinpath("induction_length.json").read_text())
 
 
+def load_seeds_record() -> dict:
+    """What `scripts/train_seeds.py` stored: every scheme over seeds 0-2, the scores measured during training
+    of a two-layer and a one-layer model, and the model without positions but with a start token (chapter 11)."""
+    data = resources.files("attention_book").joinpath("data")
+    return json.loads(data.joinpath("induction_seeds.json").read_text())
+
+
 def config_dict(config) -> dict:
     """A frozen config as a JSON-ready dict."""
     return asdict(config)
