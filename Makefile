@@ -10,7 +10,8 @@ export TF_CPP_MIN_LOG_LEVEL := 3
 export TF_ENABLE_ONEDNN_OPTS := 0
 export PYTHONHASHSEED := 0
 
-.PHONY: install book student course test lint unit notebooks portability versions browser chromium bwrap nbgrader clean
+.PHONY: install book student course test lint unit notebooks portability versions browser chromium bwrap nbgrader clean \
+	pdf pdf-test pdf-student pdf-deps
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,9 +22,10 @@ $(STAMP): requirements.txt pyproject.toml
 
 install: $(STAMP)
 
-# Always a clean build: an incremental one would not re-report warnings of unchanged pages.
+# Always a clean build: an incremental one would not re-report warnings of unchanged pages. The print
+# edition (_build/pdf, `make pdf`) stays: a book built after it links it and serves it.
 book: $(STAMP)
-	rm -rf _build
+	find _build -mindepth 1 -maxdepth 1 ! -name pdf -exec rm -rf {} + 2>/dev/null || true
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
 	@echo "The book is at file://$(CURDIR)/_build/html/index.html"
 
@@ -57,9 +59,10 @@ nbgrader: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-# bwrap: the grader's sandbox (tests/test_grading.py grades in it).
+# bwrap: the grader's sandbox (tests/test_grading.py grades in it). tests/test_pdf.py checks the PDF that
+# `make pdf` builds: `make pdf-test` runs it.
 unit: $(STAMP) bwrap
-	$(BIN)/python -m pytest tests --ignore=tests/browser
+	$(BIN)/python -m pytest tests --ignore=tests/browser --ignore=tests/test_pdf.py
 
 # CHAPTERS: the notebooks nbval re-runs (all by default; e.g. `make portability CHAPTERS=chapters/07_kv_cache.ipynb`).
 CHAPTERS ?= chapters
@@ -150,6 +153,30 @@ bwrap:
 	@command -v bwrap >/dev/null || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends bubblewrap; }
+
+# make pdf: the print edition, _build/pdf/attention-from-scratch.pdf (README, "A print edition"): Sphinx's
+# LaTeX builder and XeLaTeX with pdf/_config.yml merged into _config.yml (pdf/build.py). The TeX packages
+# come from the OS (pdf-deps: 36 packages, 464 MiB installed on Debian 12). `make book` afterwards links the PDF.
+PDF_PACKAGES := texlive-xetex texlive-latex-extra texlive-fonts-recommended texlive-lang-cjk latexmk \
+	fonts-noto-cjk fonts-freefont-otf fonts-dejavu-core librsvg2-bin poppler-utils
+pdf-deps:
+	@dpkg -s $(PDF_PACKAGES) >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends $(PDF_PACKAGES); }
+
+pdf: $(STAMP) pdf-deps
+	$(BIN)/python pdf/build.py .
+	$(MAKE) --no-print-directory pdf-test
+
+# The PDF's checks (tests/test_pdf.py): pages, the LaTeX log's warnings, chapters, figures, margins.
+PDF_BOOK ?= .
+pdf-test: $(STAMP)
+	PDF_BOOK=$(PDF_BOOK) $(BIN)/python -m pytest -q -p no:cacheprovider tests/test_pdf.py
+
+# The student edition's PDF (no solutions): _build/student/book/_build/pdf/attention-from-scratch.pdf.
+pdf-student: student pdf-deps
+	$(BIN)/python pdf/build.py _build/student/book
+	$(MAKE) --no-print-directory pdf-test PDF_BOOK=_build/student/book
 
 test: lint unit notebooks book browser
 

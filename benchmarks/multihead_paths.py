@@ -5,21 +5,25 @@ CPU: `nn.MultiheadAttention` and the package's `MultiHeadAttention`, each with a
 returned weights. For each, torch.profiler lists the ATen operators it dispatches and the largest
 single buffer it allocates (is the (B, H, T, S) score tensor, 50 MB here, ever made?); then the four
 are timed in turn, `REPEATS` times (interleaved, so that a slow moment of the shared machine hits all
-of them), and their medians stored. Timings on a shared machine are noisy: read the ratios.
+of them), and every run's time stored with the medians and quartiles. Timings on a shared machine are
+noisy: read the ratios, and rank two calls only where their interquartile ranges do not overlap.
 
 Run from the repository root (about a minute on 2 cores):  .venv/bin/python benchmarks/multihead_paths.py
 The result goes to src/attention_book/data/multihead_paths_cpu.json, which chapter 3 reads.
 """
+
+import statistics
 
 import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile
 
 import attention_book as ab
-from attention_book.measure import interleaved_medians, machine, save_result
+from attention_book.measure import machine, save_result
+from attention_book.measure.benchmark import interleaved_times
 
 B, T, E, H = 1, 1024, 768, 12
-REPEATS = 11
+REPEATS = 21
 # ATen operators that tell the paths apart: explicit scores and softmax, or a fused kernel.
 MARKERS = ("aten::_native_multi_head_attention", "aten::bmm", "aten::baddbmm", "aten::matmul",
            "aten::_softmax", "aten::softmax", "aten::_masked_softmax",
@@ -64,14 +68,19 @@ def main() -> None:
     calls = variants(theirs, ours, x)
     scores_bytes = 4 * B * H * T * T  # one float32 (B, H, T, S) tensor
     profiles = {name: operators(fn, scores_bytes) for name, fn in calls.items()}
-    seconds = interleaved_medians(calls, repeats=REPEATS, progress=False)
+    times = interleaved_times(calls, repeats=REPEATS, progress=False)
+    seconds = {name: statistics.median(runs) for name, runs in times.items()}
+    quartiles = {name: statistics.quantiles(runs, n=4)[::2] for name, runs in times.items()}  # [Q1, Q3]
     result = {"machine": machine(), "shape": {"B": B, "T": T, "E": E, "H": H}, "repeats": REPEATS,
-              "scores_bytes": scores_bytes, "median_seconds": seconds, "profiles": profiles}
+              "scores_bytes": scores_bytes, "median_seconds": seconds, "quartile_seconds": quartiles,
+              "seconds": times, "profiles": profiles}
     save_result(result, "multihead_paths_cpu", "src/attention_book/data")
     print(f"one (B, H, T, S) float32 tensor: {result['scores_bytes'] / 1e6:.0f} MB")
     for name, row in profiles.items():
         big = ", ".join(f"{b['operator']} {b['bytes'] / 1e6:.0f} MB" for b in row["score_sized_buffers"])
-        print(f"{name:28} {seconds[name] * 1e3:7.1f} ms  score-sized buffers: {big or 'none'}")
+        q1, q3 = quartiles[name]
+        print(f"{name:28} {seconds[name] * 1e3:7.1f} ms (quartiles {q1 * 1e3:.0f}-{q3 * 1e3:.0f})  "
+              f"score-sized buffers: {big or 'none'}")
         for op, count in row["operators"].items():
             print(f"    {op:52} {count}")
 

@@ -1,4 +1,4 @@
-"""Chapter 2's diagrams (scaled_dot_product_attention.svg), drawn by diagrams/draw.py."""
+"""Chapter 2's diagrams (one_query_walk.svg, scaled_dot_product_attention.svg), drawn by diagrams/draw.py."""
 
 from primitives import FONT, MUTED, SMALL, arrow, box, new_figure, save, text
 
@@ -12,7 +12,7 @@ def scaled_dot_product_attention(png_dir=None):
     text(ax, 0.25, 7.35, "Scaled dot-product attention with chapter 2's sizes", size=FONT, ha="left",
          weight="bold")
     text(ax, 0.25, 6.92, "T = 6 queries, S = 6 keys (S = T in self-attention), d_in = 16, d_k = 24, d_v = 28\n"
-         "Weights as in SelfAttention, (d_in, d_out), applied as X @ W (the chapter's first half stores Wᵀ)",
+         "Every weight as the chapter stores it, (d_in, d_out), applied as X @ W",
          size=SMALL, ha="left", color=MUTED, linespacing=1.4)
 
     y_x, y_w, y_qkv = 6.15, 5.2, 4.15
@@ -46,3 +46,30 @@ def scaled_dot_product_attention(png_dir=None):
     arrow(ax, (x_s + 1.15, y_wt), (x_v - 1.1, y_wt), label="weights @ V", side="above", offset=0.05)
     box(ax, x_v, y_wt, 2.2, th, "output Z\n(T, d_v) = (6, 28)", size=SMALL)
     save(fig, "scaled_dot_product_attention", png_dir)
+
+
+def one_query_walk(png_dir=None):
+    """Chapter 2: one query (word 1, "is") against the six keys: scores, softmax, the weighted sum of values."""
+    fig, ax = new_figure(9.6, 4.3, bottom=-0.1)
+    words = ["Life", "is", "short", "eat", "dessert", "first"]
+    text(ax, 0.2, 3.95, "Attention for one word: the query of word 1, \u201cis\u201d, against every word's key",
+         size=FONT, ha="left", weight="bold")
+    x0, pitch, y_key, y_score, y_weight, y_value = 2.35, 1.1, 3.15, 2.3, 1.45, 0.6
+    box(ax, 0.95, y_key, 1.1, 0.42, "q₁ = x₁ W_Q", style="query_strong", size=SMALL)
+    text(ax, 0.95, y_score, "ω₁,ⱼ = q₁ · kⱼ", size=SMALL)
+    text(ax, 0.95, y_weight, "α₁,ⱼ: softmax over j\nof ω₁,ⱼ / √d_k; six\nweights summing to 1", size=SMALL,
+         linespacing=1.3)
+    text(ax, 0.95, y_value, "z₁ = Σⱼ α₁,ⱼ vⱼ", size=SMALL)
+    for j, word in enumerate(words):
+        x = x0 + j * pitch
+        box(ax, x, y_key, 0.9, 0.42, f"k{'₀₁₂₃₄₅'[j]}", style="key", size=SMALL)
+        text(ax, x, y_key + 0.4, word, size=SMALL, color=MUTED)
+        arrow(ax, (x, y_key - 0.21), (x, y_score + 0.17))
+        box(ax, x, y_score, 0.9, 0.34, f"ω₁,{'₀₁₂₃₄₅'[j]}", style="tensor", size=SMALL)
+        arrow(ax, (x, y_score - 0.17), (x, y_weight + 0.17))
+        box(ax, x, y_weight, 0.9, 0.34, f"α₁,{'₀₁₂₃₄₅'[j]}", style="query", size=SMALL)
+        box(ax, x, y_value, 0.9, 0.42, f"× v{'₀₁₂₃₄₅'[j]}", style="key_pale", size=SMALL)
+        arrow(ax, (x, y_weight - 0.17), (x, y_value + 0.21))
+    text(ax, x0 + 2.5 * pitch, y_value - 0.45, "added up: the context vector z₁, as wide as a value (d_v)",
+         size=SMALL, color=MUTED)
+    save(fig, "one_query_walk", png_dir)

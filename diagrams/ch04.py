@@ -83,14 +83,16 @@ def cross_attention(png_dir=None):
 
 
 def encoder_decoder(png_dir=None):
-    """Chapter 4: an encoder–decoder, its cross-attention reading the encoder's keys and values."""
-    fig, ax = new_figure(10.4, 7.6)
+    """Chapter 4: an encoder–decoder; every decoder layer's cross-attention projects the final encoder output."""
+    fig, ax = new_figure(10.4, 7.9)
     xe, xd, w = 2.3, 7.4, 3.4  # the encoder's and the decoder's columns
-    text(ax, 0.2, 7.3, "An encoder–decoder: the decoder's cross-attention reads the encoder's output",
+    text(ax, 0.2, 7.6, "An encoder–decoder: the decoder's cross-attention reads the encoder's output",
          size=FONT, ha="left", weight="bold")
-    text(ax, 0.2, 7.0, "One layer each; residual connections and LayerNorm around every box are left out",
-         size=SMALL, ha="left", color=MUTED)
-    box(ax, xe, 0.55, w, 0.55, "source tokens (B, S)\n\"Life is short …\"", style="tensor", size=SMALL)
+    text(ax, 0.2, 7.3, "One layer each; residual connections and LayerNorm are left out. With N decoder layers, "
+         "the same memory\nfeeds every layer's cross-attention, and each layer projects it with its own W_key, W_value",
+         size=SMALL, ha="left", color=MUTED, va="top", linespacing=1.35)
+    box(ax, xe, 0.55, w, 0.55, "source tokens (B, S)\n(the chapter's second sequence, S = 8)", style="tensor",
+        size=SMALL)
     arrow(ax, (xe, 0.83), (xe, 1.3))
     box(ax, xe, 1.6, w, 0.55, "embedding + positions", style="layer", size=SMALL)
     arrow(ax, (xe, 1.88), (xe, 2.35))
@@ -98,23 +100,25 @@ def encoder_decoder(png_dir=None):
     arrow(ax, (xe, 3.13), (xe, 3.6))
     box(ax, xe, 3.9, w, 0.55, "feed-forward", style="layer", size=SMALL)
     arrow(ax, (xe, 4.18), (xe, 4.65))
-    box(ax, xe, 5.0, w, 0.65, "encoder states (B, S, E)\nK, V computed once", style="key_strong", size=SMALL)
+    box(ax, xe, 5.0, w, 0.65, "memory: the final encoder\noutput (B, S, E)", style="key_strong", size=SMALL)
     text(ax, xe, 6.35, "encoder: runs once", size=FONT, weight="bold")
     text(ax, xe, 6.05, "over the whole source", size=SMALL, color=MUTED)
 
-    box(ax, xd, 0.55, w, 0.55, "target so far (B, T), shifted:\n<start>, y(1), …, y(t−1)", style="tensor",
+    box(ax, xd, 0.55, w, 0.55, "target, shifted right (B, T):\n<start>, Life, is, short, …", style="tensor",
         size=SMALL)
     arrow(ax, (xd, 0.83), (xd, 1.3))
     box(ax, xd, 1.6, w, 0.55, "embedding + positions", style="layer", size=SMALL)
     arrow(ax, (xd, 1.88), (xd, 2.35))
     box(ax, xd, 2.75, w, 0.75, "causal self-attention\n(no peeking at later targets)", style="query", size=SMALL)
-    arrow(ax, (xd, 3.13), (xd, 3.55))
-    box(ax, xd, 3.95, w, 0.8, "cross-attention\nQ from the decoder (T),\nK, V from the encoder (S)",
-        style="query_strong", size=SMALL)
-    arrow(ax, (xe + w / 2, 5.0), (xd - w / 2, 4.05), label="K, V (B, S, E)", side="below", offset=0.34)
-    arrow(ax, (xd, 4.35), (xd, 4.7))
+    arrow(ax, (xd, 3.13), (xd, 3.5))
+    box(ax, xd, 3.95, w, 0.9, "cross-attention: Q from the decoder (T);\nK, V = memory @ this layer's\n"
+        "W_key, W_value (S), made once", style="query_strong", size=SMALL)
+    arrow(ax, (xe + w / 2, 5.0), (xd - w / 2, 4.05), label="memory (B, S, E)", side="below", offset=0.34)
+    arrow(ax, (xd, 4.4), (xd, 4.72))
     box(ax, xd, 4.95, w, 0.45, "feed-forward", style="layer", size=SMALL)
     arrow(ax, (xd, 5.18), (xd, 5.5))
     box(ax, xd, 5.8, w, 0.55, "Linear + softmax: next token y(t)", style="tensor", size=SMALL)
-    text(ax, xd, 6.35, "decoder: runs once per new token", size=FONT, weight="bold")
+    text(ax, xd, 6.6, "decoder", size=FONT, weight="bold")
+    text(ax, xd, 6.3, "inference: once per new token;\ntraining: once over the whole shifted target", size=SMALL,
+         color=MUTED, linespacing=1.3)
     save(fig, "encoder_decoder", png_dir)

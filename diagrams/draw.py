@@ -2,7 +2,10 @@
 
 Writes one SVG per diagram into chapters/figures/:
 
+    encoder_bottleneck.svg           (introduction) an RNN encoder–decoder's one context vector, and attention
+    soft_alignment.svg               (introduction) a trained decoder's cross-attention weights (chapter 4's model)
     embedding_lookup.svg             (chapter 1)  sentence -> tokens -> ids -> rows of nn.Embedding(6, 16) -> X
+    one_query_walk.svg               (chapter 2)  one query against six keys: scores, softmax, weighted sum
     scaled_dot_product_attention.svg (chapter 2)  X -> Q, K, V -> scores -> softmax -> weights @ V, every shape
     multihead_split_merge.svg        (chapter 3)  one E-wide projection, split_heads, H attentions, merge_heads, W^O
     cross_attention.svg              (chapter 4)  queries from the sentence (T = 6), keys and values from 8 other tokens
@@ -43,7 +46,7 @@ from pathlib import Path
 import nbformat
 
 from ch01 import embedding_lookup
-from ch02 import scaled_dot_product_attention
+from ch02 import one_query_walk, scaled_dot_product_attention
 from ch03 import multihead_split_merge, transformer_block
 from ch04 import cross_attention, encoder_decoder
 from ch05 import causal_mask_alignments
@@ -53,12 +56,13 @@ from ch08 import block_table, grouped_query_heads, latent_attention, ring_buffer
 from ch09 import tile_schedule
 from ch10 import rope_rotation
 from ch11 import induction_circuit, k_composition_ablation
+from intro import encoder_bottleneck, soft_alignment
 from primitives import FIGURES, plt
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # the package, also when not installed
 from attention_book.notebook_form import attach_figures  # noqa: E402
 
-DIAGRAMS = (embedding_lookup, scaled_dot_product_attention, multihead_split_merge, cross_attention, causal_mask_alignments, keras_decoder_flow, kv_cache_decode_step, grouped_query_heads, ring_buffer, block_table, tile_schedule, rope_rotation, induction_circuit, k_composition_ablation, transformer_block, encoder_decoder, latent_attention)
+DIAGRAMS = (encoder_bottleneck, soft_alignment, embedding_lookup, one_query_walk, scaled_dot_product_attention, multihead_split_merge, cross_attention, causal_mask_alignments, keras_decoder_flow, kv_cache_decode_step, grouped_query_heads, ring_buffer, block_table, tile_schedule, rope_rotation, induction_circuit, k_composition_ablation, transformer_block, encoder_decoder, latent_attention)
 
 
 def main():

@@ -10,6 +10,7 @@ import torch
 
 from attention_book.course import checks, notebooks as assignments
 from attention_book.notebook_form import label_of
+from attention_book.keras_decoder import KerasDecoderConfig, decoder_forward, keras_weight_map
 from attention_book.positions import apply_rope
 from conftest import NOTEBOOKS
 
@@ -64,6 +65,29 @@ def test_student_stub_fails_with_its_hint(chapter, label, solution, name, functi
     assert result.message == f"not implemented yet. Hint: {hint}"
 
 
+def _named(datasets, group="multi_head_attention"):
+    """Our names -> arrays, from a weight file's datasets, the attention's read from `group`."""
+    named = {name: datasets[path.replace("multi_head_attention", group)]
+             for name, (path, _) in keras_weight_map(KerasDecoderConfig()).items()}
+    return named
+
+
+def _no_mask_forward(datasets, tokens):
+    """Chapter 6's decoder without its causal mask (a wrong answer)."""
+    from attention_book.course.checks.ch06 import attention_layer, read_out
+
+    w = _named(datasets)
+    return read_out(w, attention_layer(w, w["embedding"][tokens], causal=False))
+
+
+def _two_layers_with(datasets, tokens, group):
+    """Two attention layers that both read `group` (a wrong answer when it is the first one)."""
+    from attention_book.course.checks.ch06 import attention_layer, read_out
+
+    w = _named(datasets, group)
+    return read_out(w, attention_layer(w, attention_layer(w, w["embedding"][tokens])))
+
+
 # A deliberately wrong solution for every check, and the feedback it must get.
 WRONG = {
     "ch1.embed": (lambda ids, table: table[: len(ids)], r"the embeddings of ids .*; position t gets row ids\[t\]"),
@@ -72,12 +96,21 @@ WRONG = {
     "ch4.padded_attention": (lambda q, k, v, lengths: torch.softmax(q @ k.transpose(1, 2) / q.shape[-1] ** 0.5, -1) @ v,
                              r"the padding is attended: with lengths \[.*\], keys at or beyond a length"),
     # chapters 1-4's exercises (issue 29)
-    "ch1.mix": (lambda x, temperature: torch.softmax(x @ x.T, dim=-1) @ x,
-                r"the scores are not divided by the temperature"),
-    "ch1.running_mean": (lambda x: torch.ones(len(x), len(x)).tril() @ x, r"those are running sums: divide row t"),
-    "ch2.saturation": (lambda q, k: ((k @ q[:, :, None]).squeeze(-1).var(),
-                                     torch.softmax((k @ q[:, :, None]).squeeze(-1), -1).max(-1).values.mean()),
-                       r"that is the variance of the unscaled scores: divide them by √d_k"),
+    "ch1.stable_softmax": (lambda s: torch.exp(s) / torch.exp(s).sum(-1, keepdim=True),
+                           r"row \d+ has NaN: its scores reach \d+, exp overflows float32"),
+    "ch1.embedding_grad": (lambda ids, grad_out, V: torch.zeros(V, grad_out.shape[1]).index_put((ids,), grad_out),
+                           r"token \d+ occurs at positions .*: its row must be the sum of their gradients"),
+    "ch2.jacobian": (lambda s: torch.outer(torch.softmax(s, -1), torch.softmax(s, -1)) - torch.diag(torch.softmax(s, -1)),
+                     r"the sign is flipped"),
+    "ch2.score_variance": (lambda W_q, W_k: W_q.square().sum() * W_k.square().sum() / W_q.shape[1] ** 2,
+                           r"that is σ_q²σ_k², exact only when the components"),
+    "ch2.linear_port": (lambda W_q, W_k, W_v: {"q_proj.weight": W_q, "k_proj.weight": W_k, "v_proj.weight": W_v},
+                        r"q_proj.weight should have nn.Linear's shape \(d_out, d_in\)"),
+    "ch3.ablate_heads": (lambda w, keep: w * keep.repeat(w.shape[1] // keep.shape[0]).float(),
+                         r"head h's columns are contiguous.*repeat_interleave, not repeat"),
+    "ch3.mqa": (lambda q, k, v: torch.softmax(q @ k.repeat(1, q.shape[1] // k.shape[1], 1, 1).transpose(-2, -1)
+                                              / q.shape[-1] ** 0.5, -1) @ v.repeat(1, q.shape[1] // k.shape[1], 1, 1),
+                r"consecutive query heads share one, so repeat_interleave, not repeat"),
     "ch2.additive": (lambda q, k, W_1, W_2, v_a: ((q @ W_1)[:, None] + (k @ W_2)[None]) @ v_a,
                      r"the tanh is missing"),
     "ch3.mha_forward": (lambda x, in_w, in_b, out_w, out_b, H: torch.softmax(
@@ -85,32 +118,40 @@ WRONG = {
                                                             + in_b[x.shape[-1]: 2 * x.shape[-1]]).transpose(1, 2)
         / x.shape[-1] ** 0.5, -1) @ (x @ in_w[2 * x.shape[-1]:].T + in_b[2 * x.shape[-1]:]) @ out_w.T + out_b,
                         r"you attended with one head of width E = \d+: split q, k and v into H = \d+ heads"),
+    "ch4.cross_attention": (lambda x, key, value, w, H: torch.softmax(
+        (x @ w["q_proj_weight"].T + w["in_proj_bias"].chunk(3)[0])
+        @ (key @ w["k_proj_weight"].T + w["in_proj_bias"].chunk(3)[1]).transpose(1, 2) / x.shape[-1] ** 0.5, -1)
+        @ (value @ w["v_proj_weight"].T + w["in_proj_bias"].chunk(3)[2]) @ w["out_proj.weight"].T
+        + w["out_proj.bias"], r"you attended with one head of width E = \d+: split q, k and v into H = \d+ heads"),
+    "ch4.cross_cache": (lambda y, memory, W_q, W_k, W_v: (y, (memory @ W_k[0]).expand(len(W_k), -1, -1),
+                                                          memory @ W_v),
+                        r"layer 1's keys are layer 0's: every layer projects the memory with its own W_k\[1\]"),
     "ch4.masked_loss": (lambda logits, labels, lengths: -torch.log_softmax(logits, -1).gather(-1, labels[..., None])
                         .mean(), r"you averaged over every position, padding included"),
     "ch5.offset_causal_mask": (lambda T, S: torch.ones(T, S, dtype=torch.bool).tril(),
                                r"your triangle starts at the top left \(as is_causal=True does\)"),
-    "ch5.causal_attention": (lambda q, k, v: (torch.softmax(q @ k.T / q.shape[-1] ** 0.5, -1)
-                                              * torch.ones(len(q), len(q)).tril()) @ v,
-                             r"you masked after the softmax: each row's weights no longer sum to 1"),
-    "ch6.keras_output": (lambda context, kernel, bias: np.einsum("bhtk,hke->bhte", context, kernel) + bias,
-                         r"your result keeps the head axis"),
-    "ch6.kernel_to_linear": (lambda kernel, bias: (kernel.reshape(kernel.shape[0], -1), bias.reshape(-1)),
-                             r"nn.Linear keeps its weight as \(out, in\) = \(\d+, \d+\): transpose"),
+    "ch5.padded_causal_mask": (lambda lengths, T, left: torch.ones(T, T, dtype=torch.bool).tril()
+                               & (torch.arange(T) < lengths[:, None])[:, None, :],
+                               r"with left padding the padding sits at the left"),
+    "ch5.prefix_by_hand": (lambda x, W_q, W_k, W_v: torch.softmax((x @ W_q) @ (x @ W_k).T / W_q.shape[1] ** 0.5, -1)
+                           @ (x @ W_v), r"position 0 attended to every position"),
+    "ch5.packed_mask": (lambda document: torch.ones(len(document), len(document), dtype=torch.bool).tril(),
+                        r"query \d+ \(document \d+\) may see key \d+ of document \d+"),
     "ch9.merge_partials": (lambda m_a, l_a, acc_a, m_b, l_b, acc_b: (torch.maximum(m_a, m_b), l_a + l_b, acc_a + acc_b),
                            r"l_a \+ l_b adds sums taken against different maxima"),
     "ch9.tiled_attention": (lambda q, k, v, block: sum(torch.softmax(q @ k[i:i + block].T / q.shape[1] ** 0.5, -1)
                                                        @ v[i:i + block] for i in range(0, len(k), block))
                             / len(range(0, len(k), block)),
                             r"you averaged the blocks' outputs"),
-    "ch2.attention": (lambda q, k, v: torch.softmax(q @ k.T, dim=-1) @ v, r"the scores are not scaled"),
-    "ch3.split_heads": (lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1),
-                        r"head 1 of position 0 should hold columns .*reshape to \(B, T, H, E/H\) first"),
     "ch4.padding_mask": (lambda lengths, S: torch.arange(S) <= lengths[:, None],
                          r"sequence \d+ has length \d+: your mask lets queries see padded position \d+"),
-    "ch5.causal_mask": (lambda T: torch.ones(T, T, dtype=torch.bool).tril(1),
-                        r"your causal mask lets position 0 see position 1, which comes after it"),
-    "ch6.keras_projection": (lambda x, kernel, bias: np.einsum("bte,ehk->bhtk", x, kernel),
-                             r"the bias is missing"),
+    "ch6.forward_from_h5": (lambda datasets, tokens: _no_mask_forward(datasets, tokens),
+                            r"position 0 attends to later tokens: the decoder is causal"),
+    "ch6.generate": (lambda weights, prompt, steps: list(prompt) + [int(decoder_forward(weights, np.array([prompt]))[
+        0, 0].argmax())] * steps, r"writes 今天天气真好 \[1, 2, 2, 3, 5, 4\]; yours gives"),
+    "ch6.two_layers": (lambda datasets, tokens: _two_layers_with(datasets, tokens, "multi_head_attention"),
+                       r"both attention layers used the arrays of layers/multi_head_attention; the second is "
+                       r"layers/multi_head_attention_1"),
     "ch8.cache_size": (lambda layers, kv_heads, head_dim, length, b, batch=1, window=None:
                        layers * kv_heads * head_dim * min(length, window or length) * b * batch,
                        r"half the expected size: every position stores a key AND a value"),
@@ -142,26 +183,24 @@ def test_wrong_solution_gets_specific_feedback(name):
     assert re.search(message, result.message), result.message
 
 
-def test_causal_mask_feedback_names_the_positions():
-    def future_leak(T):
-        mask = torch.ones(T, T, dtype=torch.bool).tril()
-        if T > 4:
-            mask[2, 4] = True
-        return mask
+def test_padded_attention_grader_tests_an_empty_source():
+    """ch4-padded: a source of length 0 gets zeros; the softmax over only −inf (NaN there) is told so."""
+    def nan_for_empty(q, k, v, lengths):
+        real = (torch.arange(k.shape[1]) < lengths[:, None])[:, None, :]  # (B, 1, S)
+        scores = (q @ k.transpose(1, 2) / q.shape[-1] ** 0.5).masked_fill(~real, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ v
 
-    assert checks.evaluate("ch5.causal_mask", future_leak).message == \
-        "your causal mask lets position 2 see position 4, which comes after it"
-    assert "stops position 0 from seeing position 0 (itself)" in \
-        checks.evaluate("ch5.causal_mask", lambda T: torch.ones(T, T, dtype=torch.bool).tril(-1)).message
+    message = checks.evaluate("ch4.padded_attention", nan_for_empty).message
+    assert re.match(r"sequence \d+ has length 0: its queries may see no key", message), message
 
 
 def test_a_crashing_solution_is_feedback_not_a_crash():
     result = checks.evaluate("ch4.padding_mask", lambda lengths, S: lengths.foo)
     assert not result.passed and result.message.startswith("your function raised AttributeError")
     unreadable = checks.evaluate("ch4.padding_mask", lambda lengths, S: "a string")
-    assert not unreadable.passed and unreadable.message.startswith("the mask should have shape")
-    unusable = checks.evaluate("ch2.attention", lambda q, k, v: [[0.0] * v.shape[1]] * q.shape[0])
-    assert unusable.message.startswith("the context vectors should have shape")
+    assert not unreadable.passed and unreadable.message == "the mask should be a tensor of shape (4, 4), yours is a str"
+    unusable = checks.evaluate("ch2.jacobian", lambda s: [[0.0] * len(s)] * len(s))
+    assert not unusable.passed and "yours is a list" in unusable.message, unusable.message
 
 
 def test_every_check_names_the_function_its_chapter_defines():

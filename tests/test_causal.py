@@ -89,6 +89,32 @@ def test_dropout_only_in_training():
     assert torch.equal(model(x)[0], model(x)[0])
 
 
+def test_training_with_dropout_keeps_the_fused_kernel(monkeypatch):
+    """Chapter 5: without need_weights the module hands dropout to F.scaled_dot_product_attention (dropout_p
+    in training, 0 in evaluation) with is_causal=True, as nanoGPT does, instead of building the T × T weights;
+    dropout_p = 1 drops every weight, leaving out_proj's bias at every position."""
+    import torch.nn.functional as F
+
+    calls, fused = [], F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append((kwargs.get("dropout_p"), kwargs.get("is_causal")))
+        return fused(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    torch.manual_seed(0)
+    model = ab.CausalSelfAttention(8, 2, dropout=0.1)
+    x = torch.randn(2, 6, 8)
+    model.train()(x)
+    model.eval()(x)
+    model.train()(x, need_weights=True)  # the explicit path: no fused call
+    assert calls == [(0.1, True), (0.0, True)]
+    everything_dropped = ab.CausalSelfAttention(8, 2, dropout=1.0).train()
+    out, _ = everything_dropped(x)
+    bias = everything_dropped.attention.out_proj.bias
+    torch.testing.assert_close(out, bias.expand_as(out))
+
+
 @SETTINGS
 @given(sizes, st.booleans())
 def test_is_causal_equals_the_explicit_mask(size, need_weights):
@@ -110,9 +136,9 @@ def test_causal_self_attention_leaves_the_mask_to_the_fused_kernel_when_t_equals
     """T == S: SDPA gets is_causal and no mask tensor (which a GPU's flash kernel needs); T < S: the mask."""
     calls, sdpa = [], F.scaled_dot_product_attention
 
-    def recording_sdpa(q, k, v, attn_mask=None, is_causal=False):
+    def recording_sdpa(q, k, v, attn_mask=None, is_causal=False, dropout_p=0.0):
         calls.append((attn_mask, is_causal))
-        return sdpa(q, k, v, attn_mask=attn_mask, is_causal=is_causal)
+        return sdpa(q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=dropout_p)
 
     monkeypatch.setattr(F, "scaled_dot_product_attention", recording_sdpa)
     model = ab.CausalSelfAttention(8, 2).eval()

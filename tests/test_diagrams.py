@@ -32,8 +32,10 @@ def test_every_diagram_is_used_with_alt_text():
     import re
 
     text = "".join(cell.source for _, cell in markdown_cells())
+    intro = (ROOT / "intro.md").read_text()  # the introduction's figures: a {figure} directive with :alt:
     for path in (ROOT / "chapters" / "figures").glob("*.svg"):
         uses = re.findall(rf"!\[([^\]]*)\]\(attachment:{re.escape(path.name)}\)", text)
+        uses += re.findall(rf"```{{figure}} chapters/figures/{re.escape(path.name)}\n:alt: ([^\n]*)", intro)
         assert uses, f"{path.name} is not shown in any chapter"
         assert all(len(alt.split()) >= 15 for alt in uses), f"{path.name}: alt text too short"
     assert "](figures/" not in text, "a chapter shows a diagram by a relative path, which Colab cannot load"

@@ -27,72 +27,72 @@ from conftest import NOTEBOOKS
 
 CHAPTER = "05_causal_attention.ipynb"
 NAMESPACES = sandbox.isolation() is None
-WRONG = "    return torch.zeros(T, T, dtype=torch.bool)\n"  # what a cheat's function returns when it returns
+WRONG = "    return torch.zeros(T, S, dtype=torch.bool)\n"  # what a cheat's function returns when it returns
 
 # Each cheat is the student's whole solution cell.
 CHEATS = {
-    "loops_forever": "def causal_mask_by_hand(T):\n    while True:\n        pass\n",
-    "exhausts_memory": "def causal_mask_by_hand(T):\n    hoard = []\n    while True:\n"
+    "loops_forever": "def offset_causal_mask_by_hand(T, S):\n    while True:\n        pass\n",
+    "exhausts_memory": "def offset_causal_mask_by_hand(T, S):\n    hoard = []\n    while True:\n"
                        "        hoard.append(bytearray(1 << 26))\n",
-    "exits": "import sys\nsys.exit(0)\n\n\ndef causal_mask_by_hand(T):\n    sys.exit(0)\n",
-    "exits_hard": "import os\n\n\ndef causal_mask_by_hand(T):\n    os._exit(0)\n",
-    "kills_itself": "import os\nimport signal\n\n\ndef causal_mask_by_hand(T):\n    os.kill(os.getpid(), signal.SIGKILL)\n",
+    "exits": "import sys\nsys.exit(0)\n\n\ndef offset_causal_mask_by_hand(T, S):\n    sys.exit(0)\n",
+    "exits_hard": "import os\n\n\ndef offset_causal_mask_by_hand(T, S):\n    os._exit(0)\n",
+    "kills_itself": "import os\nimport signal\n\n\ndef offset_causal_mask_by_hand(T, S):\n    os.kill(os.getpid(), signal.SIGKILL)\n",
     "kills_parent": "import os\nimport signal\n\nos.kill(os.getppid(), signal.SIGKILL)\n\n\n"
-                    "def causal_mask_by_hand(T):\n    os.kill(os.getppid(), signal.SIGKILL)\n",
+                    "def offset_causal_mask_by_hand(T, S):\n    os.kill(os.getppid(), signal.SIGKILL)\n",
     # the old grader's hole: one line into the file that ATTENTION_BOOK_GRADES names, and forged answers
     "forges_records": "import json\nimport os\n\nimport torch\n\n"
-                      "record = {'exercise': 'ch5.causal_mask', 'passed': True, 'message': 'passed on 20 random cases'}\n"
+                      "record = {'exercise': 'ch5.offset_causal_mask', 'passed': True, 'message': 'passed on 20 random cases'}\n"
                       "if os.environ.get('ATTENTION_BOOK_GRADES'):\n"
                       "    open(os.environ['ATTENTION_BOOK_GRADES'], 'a').write(json.dumps(record) + '\\n')\n"
                       "print(json.dumps(record))\n"
                       "for fd in range(3, 32):\n    try:\n"
                       "        os.write(fd, b'{\"defined\": true}\\n{\"value\": true}\\n')\n    except OSError:\n        pass\n\n\n"
-                      "def causal_mask_by_hand(T):\n    return {'passed': True}\n",
+                      "def offset_causal_mask_by_hand(T, S):\n    return {'passed': True}\n",
     "monkeypatches_checks": "import numpy\nimport numpy.testing\nimport torch\nimport torch.testing\n\n"
                             "from attention_book.course import checks\n\n"
                             "torch.testing.assert_close = lambda *a, **k: None\n"
                             "numpy.testing.assert_allclose = lambda *a, **k: None\n"
                             "torch.equal = torch.allclose = lambda *a, **k: True\n"
-                            "checks.CHECKS['ch5.causal_mask'] = checks.Check(lambda f, seed: None, 'causal_mask_by_hand')\n"
+                            "checks.CHECKS['ch5.offset_causal_mask'] = checks.Check(lambda f, seed: None, 'offset_causal_mask_by_hand')\n"
                             "checks.evaluate = lambda *a, **k: checks.Result(a[0], True, 'passed')\n\n\n"
-                            "def causal_mask_by_hand(T):\n" + WRONG,
-    "uses_the_network": "import socket\n\nimport torch\n\n\ndef causal_mask_by_hand(T):\n"
+                            "def offset_causal_mask_by_hand(T, S):\n" + WRONG,
+    "uses_the_network": "import socket\n\nimport torch\n\n\ndef offset_causal_mask_by_hand(T, S):\n"
                         "    socket.create_connection(('127.0.0.1', PORT), timeout=2).sendall(b'leak')\n"
-                        "    return torch.ones(T, T, dtype=torch.bool).tril()\n",
-    "reads_the_grades": "import torch\n\nopen(SCORES).read()\n\n\ndef causal_mask_by_hand(T):\n"
-                        "    return torch.ones(T, T, dtype=torch.bool).tril()\n",
+                        "    return torch.ones(T, S, dtype=torch.bool).tril(S - T)\n",
+    "reads_the_grades": "import torch\n\nopen(SCORES).read()\n\n\ndef offset_causal_mask_by_hand(T, S):\n"
+                        "    return torch.ones(T, S, dtype=torch.bool).tril(S - T)\n",
     # issue 33: the package's own version of what the exercise builds
     "calls_the_reference": "from attention_book.causal import causal_mask\n\n\n"
-                           "def causal_mask_by_hand(T):\n    return causal_mask(T)\n",
+                           "def offset_causal_mask_by_hand(T, S):\n    return causal_mask(T, S)\n",
     # issue 33: a solution found on disk (an unhidden built book under /tmp)
     "copies_from_disk": "found = {}\nexec(open(__BOOK__).read(), found)\n\n\n"
-                        "def causal_mask_by_hand(T):\n    return found['causal_mask_by_hand'](T)\n",
+                        "def offset_causal_mask_by_hand(T, S):\n    return found['offset_causal_mask_by_hand'](T, S)\n",
     # issue 33: a line of JSON nested 100,000 deep on the grader's pipe, then nothing
     "nests_json": "import os\n\nline = b'[' * 100_000 + b']' * 100_000 + b'\\n'\nfor fd in range(3, 32):\n"
                   "    try:\n        os.write(fd, line)\n    except OSError:\n        pass\nos._exit(0)\n\n\n"
-                  "def causal_mask_by_hand(T):\n" + WRONG,
+                  "def offset_causal_mask_by_hand(T, S):\n" + WRONG,
     # issue 33: a Unix socket of the host (Docker's, D-Bus's, ssh-agent's on a teacher's machine)
-    "uses_a_unix_socket": "import socket\n\nimport torch\n\n\ndef causal_mask_by_hand(T):\n"
+    "uses_a_unix_socket": "import socket\n\nimport torch\n\n\ndef offset_causal_mask_by_hand(T, S):\n"
                           "    client = socket.socket(socket.AF_UNIX)\n    client.connect(__SOCKET__)\n"
-                          "    client.sendall(b'leak')\n    return torch.ones(T, T, dtype=torch.bool).tril()\n",
+                          "    client.sendall(b'leak')\n    return torch.ones(T, S, dtype=torch.bool).tril(S - T)\n",
     # issue 33: a file outside the scratch folder, its text returned as feedback
-    "reads_outside": "def causal_mask_by_hand(T):\n    raise ValueError(open(__NOTES__).read())\n",
+    "reads_outside": "def offset_causal_mask_by_hand(T, S):\n    raise ValueError(open(__NOTES__).read())\n",
 }
 if NAMESPACES:  # without a PID namespace this would kill every process of the user, the tests included
     CHEATS["kills_everything"] = "import os\nimport signal\n\nos.kill(-1, signal.SIGKILL)\n\n\n" \
-                                 "def causal_mask_by_hand(T):\n" + WRONG
+                                 "def offset_causal_mask_by_hand(T, S):\n" + WRONG
 
 EXPECTED = {  # student -> (passed, message pattern)
     "honest": ("True", r"passed on 20 random cases"),
-    "stub": ("False", r"not implemented yet\. Hint: position i may see"),
+    "stub": ("False", r"not implemented yet\. Hint: query i sits at position"),
     "loops_forever": ("False", r"stopped: time limit reached"),
     "exhausts_memory": ("False", r"MemoryError|stopped: it was killed"),
     "exits": ("False", r"your solution cell raised SystemExit"),
     "exits_hard": ("False", r"stopped: it exited with status 0"),
     "kills_itself": ("False", r"stopped: it was killed"),
-    "kills_parent": ("False", r"stopped: it was killed|should have shape \(1, 1\), yours has \(\)"),  # its parent: a shell
+    "kills_parent": ("False", r"stopped: it was killed|should be a tensor of shape \(\d+, \d+\), yours is None"),  # its parent: a shell
     "forges_records": ("False", r"stopped: it answered out of turn"),
-    "monkeypatches_checks": ("False", r"your causal mask stops position 0 from seeing position 0 \(itself\)|"
+    "monkeypatches_checks": ("False", r"query \d+ is position \d+ and must see key \d+|"
                                       r"your solution cell raised (AttributeError|ImportError|ModuleNotFoundError)"),
     "uses_the_network": ("False", r"your function raised (OSError|ConnectionRefusedError|PermissionError)"),
     "reads_the_grades": ("False", r"your solution cell raised (PermissionError|FileNotFoundError)"),
@@ -123,7 +123,7 @@ def graded(tmp_path_factory):
     forged = root / "grades.jsonl"
     book, notes = root / "built_book" / "solutions.py", root / "teacher_notes.txt"
     book.parent.mkdir()
-    book.write_text("import torch\n\n\ndef causal_mask_by_hand(T):\n    return torch.ones(T, T, dtype=torch.bool).tril()\n")
+    book.write_text("import torch\n\n\ndef offset_causal_mask_by_hand(T, S):\n    return torch.ones(T, S, dtype=torch.bool).tril(S - T)\n")
     notes.write_text(SECRET)
     unix = socket.socket(socket.AF_UNIX)
     unix.bind(str(root / "agent.sock"))
@@ -137,7 +137,7 @@ def graded(tmp_path_factory):
                                  "__BOOK__": repr(str(book)), "__NOTES__": repr(str(notes)),
                                  "__SOCKET__": repr(str(root / "agent.sock"))}.items():
                 source = source.replace(name_, value)
-            cell = next(c for c in notebook.cells if c.cell_type == "code" and "def causal_mask_by_hand(" in c.source)
+            cell = next(c for c in notebook.cells if c.cell_type == "code" and "def offset_causal_mask_by_hand(" in c.source)
             cell.source = source
         (submissions / name).mkdir(parents=True)
         nbformat.write(notebook, submissions / name / CHAPTER)
@@ -164,7 +164,7 @@ def graded(tmp_path_factory):
     return results, scores, forged, received
 
 
-EXERCISES = ["ch5.causal_mask", "ch5.offset_causal_mask", "ch5.causal_attention"]
+EXERCISES = ["ch5.offset_causal_mask", "ch5.padded_causal_mask", "ch5.prefix_by_hand", "ch5.packed_mask"]
 
 
 @pytest.mark.parametrize("student", sorted(EXPECTED))
@@ -176,19 +176,19 @@ def test_each_submission_gets_what_it_earned_with_the_reason(graded, student):
         pytest.skip("network and file isolation need the allow-list sandbox (bubblewrap)")
     results, scores, _, _ = graded
     passed, message = EXPECTED[student]
-    first = results[(student, "ch5.causal_mask")]
+    first = results[(student, "ch5.offset_causal_mask")]
     assert first["passed"] == passed, first
     assert re.search(message, first["message"]), first["message"]
     others = [results[(student, name)] for name in EXERCISES[1:]]
     if student in REFUSED:  # nothing of it is read
         assert all(re.search(message, r["message"]) for r in others)
-        assert scores[student] == ("0", "3")
+        assert scores[student] == ("0", "4")
     elif student == "stub":
         assert all(r["message"].startswith("not implemented yet. Hint:") for r in others)
-        assert scores[student] == ("0", "3")
+        assert scores[student] == ("0", "4")
     else:  # the other exercises, honest, are graded as usual
         assert all(r["passed"] == "True" for r in others), others
-        assert scores[student] == ("3" if passed == "True" else "2", "3")
+        assert scores[student] == ("4" if passed == "True" else "3", "4")
 
 
 def test_without_namespaces_the_worker_is_still_not_the_graders_child(monkeypatch):
@@ -211,8 +211,8 @@ def test_a_notebook_without_the_function_or_readable_json_scores_zero(tmp_path):
     nbformat.write(notebook, tmp_path / CHAPTER)
     (tmp_path / "07_kv_cache.ipynb").write_text("{not json")
     assert [r.message for r in grading.grade_notebook(tmp_path / CHAPTER)] == [
-        f"no code cell defines {function}()" for function in ("causal_mask_by_hand", "offset_causal_mask_by_hand",
-                                                              "causal_attention_by_hand")]
+        f"no code cell defines {function}()" for function in ("offset_causal_mask_by_hand", "padded_causal_mask_by_hand",
+                                                              "sequential_attention_by_hand", "packed_mask_by_hand")]
     broken = grading.grade_notebook(tmp_path / "07_kv_cache.ipynb")
     assert broken and all(not r.passed and r.message.startswith("the notebook cannot be read") for r in broken)
     assert grading.chapter_exercises("notes.ipynb") == []
@@ -276,17 +276,16 @@ def test_a_submission_can_write_only_its_scratch_folder(tmp_path):
 # Issue 33: every exercise's own reference, called instead of written, scores nothing.
 CALLS_THE_REFERENCE = {
     "ch1.embed": "import torch.nn.functional as F\n\n\ndef embed_by_hand(ids, table):\n    return F.embedding(ids, table)\n",
-    "ch2.attention": "import torch.nn.functional as F\n\n\ndef attention_by_hand(q, k, v):\n"
-                     "    return F.scaled_dot_product_attention(q[None], k[None], v[None])[0]\n",
-    "ch3.split_heads": "from types import SimpleNamespace\n\nfrom attention_book.multihead import MultiHeadAttention\n\n\n"
-                       "def split_heads_by_hand(x, H):\n    layer = SimpleNamespace(num_heads=H, head_dim=x.shape[-1] // H)\n"
-                       "    return MultiHeadAttention.split_heads(layer, x)\n",
     "ch3.mask_to_sdpa": "from attention_book import mask_from_torch\n\n\ndef mask_to_sdpa(attn_mask, key_padding_mask):\n"
                         "    return mask_from_torch(attn_mask, key_padding_mask) == 0\n",
-    "ch1.mix": "import torch.nn.functional as F\n\n\ndef mix_by_hand(x, temperature):\n"
-               "    return F.scaled_dot_product_attention(x[None], x[None], x[None], scale=1 / temperature)[0]\n",
-    "ch1.running_mean": "import torch\n\n\ndef running_mean_by_hand(x):\n"
-                        "    return x.cumsum(0) / torch.arange(1, x.shape[0] + 1)[:, None]\n",
+    "ch1.stable_softmax": "import torch\n\n\ndef stable_softmax_by_hand(s):\n    return torch.softmax(s, dim=-1)\n",
+    "ch1.embedding_grad": "import torch\n\n\ndef embedding_grad_by_hand(ids, grad_out, V):\n"
+                          "    table = torch.zeros(V, grad_out.shape[1], requires_grad=True)\n"
+                          "    (table[ids] * grad_out).sum().backward()\n    return table.grad\n",
+    "ch2.jacobian": "import torch\n\n\ndef softmax_jacobian_by_hand(s):\n"
+                    "    return torch.autograd.functional.jacobian(lambda x: torch.softmax(x, -1), s)\n",
+    "ch3.mqa": "import torch.nn.functional as F\n\n\ndef grouped_attention_by_hand(q, k, v):\n"
+               "    return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)\n",
     "ch2.additive": "import keras\nimport torch\n\n\ndef additive_scores_by_hand(q, k, W_1, W_2, v_a):\n"
                     "    layer = keras.layers.AdditiveAttention(use_scale=True)\n"
                     "    layer.build([(1, q.shape[0], W_1.shape[1]), (1, k.shape[0], W_2.shape[1])])\n"
@@ -305,24 +304,42 @@ CALLS_THE_REFERENCE = {
     "ch9.merge_partials": "from attention_book.efficient import merge_partials as merge\n\n\n"
                           "def merge_partials(m_a, l_a, acc_a, m_b, l_b, acc_b):\n"
                           "    return merge(m_a, l_a, acc_a, m_b, l_b, acc_b)\n",
+    "ch4.cross_attention": "import torch\n\n\ndef cross_attention_by_hand(x, key, value, weights, H):\n"
+                           "    layer = torch.nn.MultiheadAttention(x.shape[-1], H, kdim=key.shape[-1], vdim=value.shape[-1],\n"
+                           "                                        batch_first=True)\n"
+                           "    layer.load_state_dict(weights)\n"
+                           "    return layer(x, key, value, need_weights=False)[0].detach()\n",
     "ch4.padded_attention": "import torch\nimport torch.nn.functional as F\n\n\n"
                             "def padded_attention_by_hand(q, k, v, lengths):\n"
                             "    mask = torch.arange(k.shape[1]) < lengths[:, None]\n"
                             "    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, :])\n",
-    "ch5.causal_mask": "from attention_book.causal import causal_mask\n\n\ndef causal_mask_by_hand(T):\n"
-                       "    return causal_mask(T)\n",
     "ch5.offset_causal_mask": "import attention_book as ab\n\n\ndef offset_causal_mask_by_hand(T, S):\n"
                               "    return ab.causal_mask(T, S)\n",
-    "ch5.causal_attention": "import torch.nn.functional as F\n\n\ndef causal_attention_by_hand(q, k, v):\n"
-                            "    return F.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=True)[0]\n",
-    "ch6.keras_projection": "from attention_book.keras_decoder import project\n\n\n"
-                            "def keras_projection(x, kernel, bias):\n    return project(x, kernel, bias)\n",
-    "ch6.kernel_to_linear": "from attention_book.multihead import keras_attention_map\n\n\n"
-                            "def kernel_to_linear(kernel, bias):\n"
-                            "    w = {f'{n}_{p}': a for n in ('query', 'key', 'value') for p, a in (('kernel', kernel), "
-                            "('bias', bias))}\n"
-                            "    w.update(output_kernel=kernel.transpose(1, 2, 0), output_bias=0)\n"
-                            "    linear = keras_attention_map(w)\n    return linear['q_proj.weight'], linear['q_proj.bias']\n",
+    "ch5.padded_causal_mask": "import torch\n\nimport attention_book as ab\n\n\n"
+                              "def padded_causal_mask_by_hand(lengths, T, left_padded):\n"
+                              "    positions = torch.arange(T)\n"
+                              "    real = positions >= T - lengths[:, None] if left_padded else positions < lengths[:, None]\n"
+                              "    return ab.causal_mask(T) & real[:, None, :]\n",
+    "ch5.prefix_by_hand": "import attention_book as ab\n\n\ndef sequential_attention_by_hand(x, W_q, W_k, W_v):\n"
+                          "    return ab.scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_v, ab.causal_mask(len(x)))[0]\n",
+    "ch5.packed_mask": "import attention_book as ab\n\n\ndef packed_mask_by_hand(document):\n"
+                       "    return ab.causal_mask(len(document)) & (document[:, None] == document[None, :])\n",
+    "ch6.forward_from_h5": "from attention_book.keras_decoder import KerasDecoderConfig, decoder_forward, keras_weight_map\n\n\n"
+                           "def forward_from_h5(datasets, tokens):\n"
+                           "    V, E = datasets['layers/embedding/vars/0'].shape\n"
+                           "    _, H, K = datasets['layers/multi_head_attention/query_dense/vars/0'].shape\n"
+                           "    config = KerasDecoderConfig(vocab_size=V, embed_dim=E, num_heads=H, key_dim=K)\n"
+                           "    weights = {n: datasets[p] for n, (p, _) in keras_weight_map(config).items()}\n"
+                           "    return decoder_forward(weights, tokens)\n",
+    "ch6.two_layers": "import numpy as np\n\nfrom attention_book.keras_decoder import attend, project, softmax\n\n\n"
+                      "def two_layer_forward(datasets, tokens):\n"
+                      "    def layer(x, g):\n"
+                      "        def a(n, i):\n            return datasets[f'layers/{g}/{n}/vars/{i}']\n"
+                      "        q, k, v = (project(x, a(n, 0), a(n, 1)) for n in ('query_dense', 'key_dense', 'value_dense'))\n"
+                      "        return np.einsum('bhtk,hke->bte', attend(q, k, v), a('output_dense', 0)) + a('output_dense', 1)\n"
+                      "    x = datasets['layers/embedding/vars/0'][tokens]\n"
+                      "    x = layer(layer(x, 'multi_head_attention'), 'multi_head_attention_1')\n"
+                      "    return softmax(x @ datasets['layers/dense/vars/0'] + datasets['layers/dense/vars/1'])\n",
     "ch8.cache_size": "from attention_book.kv_cache import kv_cache_bytes\n\n\n"
                       "def kv_cache_size(layers, kv_heads, head_dim, length, per_value, batch, window):\n"
                       "    held = length if window is None else min(length, window)\n"
@@ -422,7 +439,7 @@ def _weak_grading(tmp_path, source, extra=()):
     makes the grading process a subreaper)."""
     teacher = next(p for p in NOTEBOOKS if p.name == CHAPTER)
     notebook = nbformat.read(teacher, as_version=4)
-    cell = next(c for c in notebook.cells if c.cell_type == "code" and "def causal_mask_by_hand(" in c.source)
+    cell = next(c for c in notebook.cells if c.cell_type == "code" and "def offset_causal_mask_by_hand(" in c.source)
     cell.source = source
     (tmp_path / "submissions" / "eve").mkdir(parents=True)
     nbformat.write(notebook, tmp_path / "submissions" / "eve" / CHAPTER)
@@ -449,7 +466,7 @@ def test_weak_mode_kills_what_a_submission_left_behind_before_writing(tmp_path):
     source = ("import os\nimport time\n\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
               f"        open({str(pid_file)!r}, 'w').write(str(os.getpid()))\n        time.sleep(4)\n"
               f"        open({str(tmp_path / 'grades' / 'scores.csv')!r}, 'w').write('student,passed\\neve,999\\n')\n"
-              "    os._exit(0)\n\n\ndef causal_mask_by_hand(T):\n" + WRONG)
+              "    os._exit(0)\n\n\ndef offset_causal_mask_by_hand(T, S):\n" + WRONG)
     run = _weak_grading(tmp_path, source, ["--weak"])
     assert run.returncode == 0, run.stderr
     assert "WEAK sandbox" in run.stderr
@@ -468,16 +485,16 @@ def test_nbgraders_submitted_folder_is_graded_in_the_sandbox(tmp_path):
     victim = submitted / "ada" / CHAPTER.removesuffix(".ipynb") / CHAPTER
     cheats = {
         "ada": None,
-        "bob": "import torch\n\ntorch.allclose = torch.equal = lambda *a, **k: True\n\n\ndef causal_mask_by_hand(T):\n"
+        "bob": "import torch\n\ntorch.allclose = torch.equal = lambda *a, **k: True\n\n\ndef offset_causal_mask_by_hand(T, S):\n"
                + WRONG,
-        "cy": CALLS_THE_REFERENCE["ch5.causal_mask"],
+        "cy": CALLS_THE_REFERENCE["ch5.offset_causal_mask"],
         "dee": f"import json\n\nnb = json.load(open({str(victim)!r}))\nnb['cells'] = []\n"
-               f"json.dump(nb, open({str(victim)!r}, 'w'))\n\n\ndef causal_mask_by_hand(T):\n" + WRONG,
+               f"json.dump(nb, open({str(victim)!r}, 'w'))\n\n\ndef offset_causal_mask_by_hand(T, S):\n" + WRONG,
     }
     for student, source in cheats.items():
         notebook = nbformat.read(teacher, as_version=4)
         if source is not None:
-            cell = next(c for c in notebook.cells if c.cell_type == "code" and "def causal_mask_by_hand(" in c.source)
+            cell = next(c for c in notebook.cells if c.cell_type == "code" and "def offset_causal_mask_by_hand(" in c.source)
             cell.source = source
         folder = submitted / student / CHAPTER.removesuffix(".ipynb")
         folder.mkdir(parents=True)
@@ -488,10 +505,10 @@ def test_nbgraders_submitted_folder_is_graded_in_the_sandbox(tmp_path):
                     *([] if NAMESPACES else ["--weak"])])
     with open(tmp_path / "grades" / "totals.csv") as file:
         totals = {row["student"]: (row["passed"], row["total"]) for row in csv.DictReader(file)}
-    assert totals["ada"] == ("3", "3")
-    assert all(totals[s] == ("2", "3") for s in ("bob", "cy")), totals
+    assert totals["ada"] == ("4", "4")
+    assert all(totals[s] == ("3", "4") for s in ("bob", "cy")), totals
     if NAMESPACES:
-        assert totals["dee"] == ("2", "3") and victim.read_bytes() == before
+        assert totals["dee"] == ("3", "4") and victim.read_bytes() == before
 
 
 @pytest.fixture(scope="module")
@@ -502,8 +519,8 @@ def small_class(tmp_path_factory):
     for student in ("ada", "bob"):
         notebook = nbformat.read(teacher, as_version=4)
         if student == "bob":
-            cell = next(c for c in notebook.cells if c.cell_type == "code" and "def causal_mask_by_hand(" in c.source)
-            cell.source = "import torch\n\n\ndef causal_mask_by_hand(T):\n" + WRONG
+            cell = next(c for c in notebook.cells if c.cell_type == "code" and "def offset_causal_mask_by_hand(" in c.source)
+            cell.source = "import torch\n\n\ndef offset_causal_mask_by_hand(T, S):\n" + WRONG
         (root / "submissions" / student).mkdir(parents=True)
         nbformat.write(notebook, root / "submissions" / student / CHAPTER)
     weak = [] if NAMESPACES else ["--weak"]
@@ -520,11 +537,11 @@ def test_grades_a_teacher_can_use(small_class):
     with open(out / "lms.csv") as file:
         rows = list(csv.DictReader(file))
     assert list(rows[0]) == ["Student", "SIS Login ID", *EXERCISES, "Total"]
-    assert [(r["Student"], r["ch5.causal_mask"], r["Total"]) for r in rows] == [("ada", "1", "3"), ("bob", "0", "2")]
+    assert [(r["Student"], r["ch5.offset_causal_mask"], r["Total"]) for r in rows] == [("ada", "1", "4"), ("bob", "0", "3")]
     with open(out / "totals.csv") as file:
-        assert [tuple(r.values()) for r in csv.DictReader(file)] == [("ada", "3", "3"), ("bob", "2", "3")]
+        assert [tuple(r.values()) for r in csv.DictReader(file)] == [("ada", "4", "4"), ("bob", "3", "4")]
     feedback = (out / "feedback" / "bob.md").read_text()
-    assert "Total: 2 of 3" in feedback and "your causal mask stops position 0 from seeing position 0" in feedback
+    assert "Total: 3 of 4" in feedback and "must see key" in feedback
     assert sorted(p.name for p in (out / "feedback").iterdir()) == ["ada.md", "bob.md"]
 
 

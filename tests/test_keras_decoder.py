@@ -144,3 +144,32 @@ def test_keras_decoder_from_weights_refuses_a_wrong_shape():
     weights["key_bias"] = weights["key_bias"][:1]  # (1, 64) where the layer holds (2, 64)
     with pytest.raises(ValueError, match=r"\(2, 64\)"):
         kd.keras_decoder_from_weights(weights)
+
+
+def test_chapter_6_exercise_checks_use_the_paths_keras_writes(tmp_path):
+    """ch6-forward-h5 and ch6-two-layers build their datasets by the name map, the second attention under
+    `multi_head_attention_1`: a real Keras model with two attentions writes exactly those paths, and the
+    two-layer check's reference equals that Keras model's output."""
+    import h5py
+
+    from attention_book.course.checks.ch06 import TWO_LAYER, attention_layer, read_out
+
+    keras.utils.set_random_seed(0)
+    config = kd.KerasDecoderConfig(vocab_size=6, embed_dim=8, num_heads=2, key_dim=4)
+    tokens_in = keras.Input(shape=(None,), dtype="int32")
+    x = keras.layers.Embedding(6, 8, name="embedding")(tokens_in)
+    for name in ("first", "second"):
+        x = keras.layers.MultiHeadAttention(2, 4, name=name, bias_initializer="random_normal")(
+            x, x, use_causal_mask=True)
+    model = keras.Model(tokens_in, keras.layers.Dense(6, activation="softmax")(x))
+    model.save_weights(tmp_path / "two.weights.h5")
+    with h5py.File(tmp_path / "two.weights.h5", "r") as file:
+        datasets = {}
+        file.visititems(lambda name, obj: datasets.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset)
+                        else None)
+    first = {name: datasets[path] for name, (path, _) in kd.keras_weight_map(config).items()}
+    second = {name: datasets[path.replace("layers/multi_head_attention", TWO_LAYER)]
+              for name, (path, _) in kd.keras_weight_map(config).items() if "multi_head_attention" in path}
+    tokens = np.array([[1, 2, 2, 3, 5]])
+    expected = read_out(first, attention_layer(second, attention_layer(first, first["embedding"][tokens])))
+    np.testing.assert_allclose(model.predict(tokens, verbose=0), expected, rtol=1e-5, atol=1e-6)

@@ -63,7 +63,6 @@ def helper_figures():
     yield "plot_attention_grid", plotting.plot_attention_grid({"a": rng.random((6, 12)), "b": rng.random((6, 12))},
                                                               words[:6], words[:12])
     yield "plot_scaling", plotting.plot_scaling([1, 4, 16], [1, 4, 16], [(0.5, 0.3)] * 3, [(0.4, 0.2)] * 3)
-    yield "plot_mixing", plotting.plot_mixing(rng.normal(size=(6, 16)), rng.normal(size=(6, 16)), words[:6]).figure
     yield "plot_bars", plotting.plot_bars(words[:8], list(range(1, 9)), ylabel="y", title="t").figure
     yield "plot_lines", plotting.plot_lines([1, 2], {"a": [1, 2], "b": [2, 1]}, xlabel="x", ylabel="y",
                                             title="t").figure

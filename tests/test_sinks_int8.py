@@ -76,15 +76,22 @@ def test_sink_decoder_cached_equals_full_well_past_the_window(window, sinks, pre
 
 
 def test_sinks_change_what_the_window_alone_computes():
-    """The comparison above can fail: a ring without sinks against a model whose mask keeps them."""
+    """The comparison above can fail: a ring without sinks against a model whose mask keeps them decoded
+    wrongly past the first window, so it is refused (issue 48); a model without sinks computes otherwise."""
     with_sinks, without = sink_decoder(3, 2, 0), sink_decoder(3, 0, 0)
     tokens = torch.randint(0, 13, (1, 12), generator=torch.Generator().manual_seed(2))
-    caches = without.new_caches()
     with torch.inference_mode():
+        with pytest.raises(ValueError, match="sinks=0, but this layer has sinks=2"):
+            with_sinks(tokens[:, :1], without.new_caches())
+        caches = with_sinks.new_caches()
         cached = torch.cat([with_sinks(tokens[:, i:i + 1], caches) for i in range(12)], dim=1)
         full = with_sinks(tokens)
-    assert (cached[:, :3] - full[:, :3]).abs().max() < 1e-10  # within the first window: alike
-    assert (cached[:, 3:] - full[:, 3:]).abs().max(-1).values.min() > 1e-3  # past it the sinks are missing
+    assert (cached - full).abs().max() < 1e-10
+    without.load_state_dict(with_sinks.state_dict())  # the same weights, the window alone
+    with torch.inference_mode():
+        windowed = without(tokens)
+    assert (windowed[:, :3] - full[:, :3]).abs().max() < 1e-10  # within the first window: alike
+    assert (windowed[:, 3:] - full[:, 3:]).abs().max(-1).values.min() > 1e-3  # past it the sinks matter
 
 
 def test_bad_sinks_are_refused():

@@ -69,19 +69,10 @@ def masked_softmax(scores: torch.Tensor) -> torch.Tensor:
 def validate_attention_inputs(query, key, value=None, mask=None) -> tuple[int, ...]:
     """Validate Q (..., T, d_k), K (..., S, d_k), V (..., S, d_v); return the score shape (..., T, S)."""
     value = key if value is None else value  # weights alone: only Q, K and the mask matter
-    named = (("query", query), ("key", key), ("value", value))
-    for name, t in named:
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor (..., length, width), got {type(t).__name__}")
-        if t.dim() < 2:
-            raise ValueError(f"{name} must have at least 2 dimensions (..., length, width), got shape {_shape(t)}")
-        if not t.is_floating_point():
-            raise TypeError(f"{name} must be floating point, got dtype {t.dtype} with shape {_shape(t)}: "
-                            "token ids are embedded first (chapter 1), or convert with .float()")
-    if len({t.dtype for _, t in named}) > 1 or len({t.device for _, t in named}) > 1:
-        found = ", ".join(f"{name} {t.dtype} on {t.device}" for name, t in named)
-        raise TypeError(f"query, key and value must share one dtype and one device, got {found}; "
-                        "convert with .to(query)")
+    validate_operands(query=query, key=key, value=value)
+    if query.shape[-1] == 0:
+        raise ValueError(f"query {_shape(query)} and key {_shape(key)} have width d_k = 0: the scale 1/√d_k "
+                         "is undefined; give them at least one feature")
     if query.shape[-1] != key.shape[-1]:
         raise ValueError(
             f"query and key widths differ: query {_shape(query)} has d_k={query.shape[-1]}, "
@@ -104,6 +95,24 @@ def validate_attention_inputs(query, key, value=None, mask=None) -> tuple[int, .
             raise ValueError(f"mask is on {mask.device} but query, key and value on {query.device}: "
                              "move it with mask.to(query.device)")
     return score_shape
+
+
+def validate_operands(**named) -> None:
+    """Each of `named` (query=..., key=..., value=...) a floating tensor (..., length, width), all of one
+    dtype and one device."""
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor (..., length, width), got {type(t).__name__}")
+        if t.dim() < 2:
+            raise ValueError(f"{name} must have at least 2 dimensions (..., length, width), got shape {_shape(t)}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be floating point, got dtype {t.dtype} with shape {_shape(t)}: "
+                            "token ids are embedded first (chapter 1), or convert with .float()")
+    if len({t.dtype for t in named.values()}) > 1 or len({t.device for t in named.values()}) > 1:
+        found = ", ".join(f"{name} {t.dtype} on {t.device}" for name, t in named.items())
+        names = list(named)
+        raise TypeError(f"{', '.join(names[:-1])} and {names[-1]} must share one dtype and one device, got "
+                        f"{found}; convert with .to({names[0]})")
 
 
 def validate_mask(mask: torch.Tensor, score_shape: tuple[int, ...]) -> None:

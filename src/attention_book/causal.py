@@ -64,14 +64,19 @@ def validate_window(window) -> None:
                          f"got {window!r}")
 
 
-def validate_ring_window(cache, window: int | None) -> None:
-    """A ring cache keeps only its last `cache.window` positions: the layer's window must fit in it."""
+def validate_ring_window(cache, window: int | None, sinks: int = 0) -> None:
+    """A ring cache keeps only its last `cache.window` positions and its first `cache.sinks`: the layer's
+    window must fit in it, and its sinks must have slots of their own."""
     from .kv_cache import RingKVCache  # here, not at the top: kv_cache imports this module
 
     if isinstance(cache, RingKVCache) and (window is None or cache.window < window):
         raise ValueError(f"cache is a RingKVCache of window {cache.window}, but this layer has window={window}: "
                          "it would forget keys the layer still attends to; give it RingKVCache(window) "
                          "(or a KVCache for window=None)")
+    if isinstance(cache, RingKVCache) and cache.sinks < sinks:
+        raise ValueError(f"cache is a RingKVCache with sinks={cache.sinks}, but this layer has sinks={sinks}: "
+                         "it would overwrite the first positions every query keeps; give it "
+                         f"RingKVCache({window}, sinks={sinks})")
 
 
 class CausalSelfAttention(nn.Module):
@@ -99,7 +104,7 @@ class CausalSelfAttention(nn.Module):
         positions, and the cache says which positions the queries and the S
         keys it will return stand for; the mask follows from those.
         """
-        validate_ring_window(cache, self.window)
+        validate_ring_window(cache, self.window, self.sinks)
         mask, is_causal = self.mask(x.shape[-2], x.device, cache)
         if mask is not None and mask.dim() == 2:
             mask = mask[None, None]  # (1, 1, T, S): every sequence and head

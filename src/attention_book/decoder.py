@@ -4,6 +4,7 @@
 """
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -104,7 +105,7 @@ class Decoder(nn.Module):
         already stored: the caches say at which positions (one start for the
         batch, or one per sequence for a paged cache).
         """
-        validate_tokens(tokens, self.config.vocab_size)
+        validate_tokens(tokens, self.config.vocab_size, device=self.head.weight.device)
         validate_caches(caches, len(self.blocks))
         T = tokens.shape[-1]
         start = 0 if caches is None else len(caches[0])  # paged: the longest
@@ -126,9 +127,7 @@ class Decoder(nn.Module):
 def next_token(logits: torch.Tensor, temperature: float = 0.0, generator: torch.Generator | None = None):
     """Greedy (temperature 0) or sampled choice from logits (B, V) -> tokens (B, 1)."""
     validate_temperature(temperature)
-    if logits.device.type != "meta" and torch.isnan(logits).any():
-        raise ValueError(f"logits of shape {tuple(logits.shape)} contain NaN in rows "
-                         f"{torch.isnan(logits).any(dim=-1).nonzero().flatten().tolist()}: no token can be chosen")
+    validate_logits(logits, temperature)
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
     probabilities = torch.softmax(logits / temperature, dim=-1)  # (B, V)
@@ -196,6 +195,10 @@ def generate_paged(model: Decoder, prompts: list[torch.Tensor], max_new_tokens: 
     sequences at once, each at its own position. Returns the sequences (T0_b + max_new_tokens,) and the
     caches. The pool holds `num_blocks` blocks per layer, by default just enough for every sequence.
     """
+    if not isinstance(prompts, (list, tuple)) or not all(isinstance(p, torch.Tensor) for p in prompts):
+        raise ValueError(f"prompts must be a list of 1-D token tensors (T0_b,), one per sequence, got "
+                         f"{type(prompts).__name__}")
+    validate_positive(block_size=block_size)
     if not prompts or any(p.dim() != 1 or len(p) == 0 for p in prompts):
         raise ValueError(f"prompts must be non-empty 1-D token tensors, got shapes {[tuple(p.shape) for p in prompts]}")
     for prompt in prompts:
@@ -220,6 +223,9 @@ def decode_one_by_one(model, tokens: torch.Tensor, caches: list) -> torch.Tensor
 
     Works for any model called as model(tokens, caches=...), chapter 11's too (its first output is taken).
     """
+    if caches is None:
+        raise ValueError("caches must be given (model.new_caches()): without them each position would "
+                         "see only itself")
     logits = []
     for t in range(tokens.shape[-1]):
         out = model(tokens[:, t:t + 1], caches=caches)
@@ -303,6 +309,11 @@ def from_gpt2(state_dict: dict, num_heads: int) -> Decoder:
 
 def gpt2_sizes(state_dict: dict, num_heads: int) -> tuple[dict[str, int], int]:
     """V, P, E and the number of blocks of a GPT-2 state dict, after checking every tensor's name and shape."""
+    if not isinstance(state_dict, Mapping) or not all(isinstance(t, torch.Tensor) for t in state_dict.values()):
+        kinds = sorted({type(t).__name__ for t in state_dict.values()}) if isinstance(state_dict, Mapping) else []
+        raise TypeError(f"state_dict must be a dict of name -> torch.Tensor (GPT2LMHeadModel's .state_dict()), "
+                        f"got {type(state_dict).__name__}" + (f" of {kinds}" if kinds else "")
+                        + ("; pass model.state_dict()" if isinstance(state_dict, nn.Module) else ""))
     for name in ("transformer.wte.weight", "transformer.wpe.weight", "transformer.h.0.ln_1.weight"):
         if name not in state_dict:
             raise ValueError(f"state_dict is not GPT-2's (GPT2LMHeadModel's): it has no {name}; its keys are "
@@ -341,18 +352,42 @@ def _listed(names: list[str], most: int = 8) -> str:
 
 # Input checks: the errors name the argument and the form expected.
 
-def validate_tokens(tokens, vocab_size: int, name: str = "tokens") -> None:
-    """Token ids (B, T): integers from 0 to vocab_size - 1 (chapter 7)."""
+def validate_tokens(tokens, vocab_size: int, name: str = "tokens", device=None) -> None:
+    """Token ids (B, T): int64 or int32 (what nn.Embedding reads) from 0 to vocab_size - 1, on the
+    model's `device` if given (chapter 7)."""
     if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2:
         got = f"shape {tuple(tokens.shape)}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
         raise ValueError(f"{name} must be token ids (B, T), got {got}; one sequence (T,) is {name}[None]")
-    if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
-        raise TypeError(f"{name} must be integer token ids, got dtype {tokens.dtype}")
+    if tokens.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"{name} must be integer token ids of dtype int64 (or int32), got dtype {tokens.dtype}; "
+                        f"convert ids with {name}.long()")
+    if device is not None and tokens.device != device:
+        raise ValueError(f"{name} are on {tokens.device}, the model on {device}: move them with "
+                         f"{name}.to({str(device)!r})")
     if tokens.numel() and tokens.device.type != "meta":
         low, high = (int(t) for t in torch.aminmax(tokens))
         if low < 0 or high >= vocab_size:
             raise ValueError(f"{name} must be ids from 0 to vocab_size - 1 = {vocab_size - 1}, got values from "
                              f"{low} to {high}")
+
+
+def validate_logits(logits, temperature) -> None:
+    """Logits (B, V) with a choice in every row: no NaN, not −inf everywhere, and, to sample, no +inf
+    (softmax(+inf) is NaN)."""
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 2 or not logits.is_floating_point():
+        got = f"shape {tuple(logits.shape)} of {logits.dtype}" if isinstance(logits, torch.Tensor) else \
+            type(logits).__name__
+        raise ValueError(f"logits must be floating (B, V), one row per sequence, got {got}; "
+                         "take the last position's row with logits[:, -1]")
+    if logits.device.type == "meta":
+        return
+    bad = torch.isnan(logits).any(dim=-1) | torch.isneginf(logits).all(dim=-1)
+    if temperature != 0:
+        bad |= torch.isposinf(logits).any(dim=-1)
+    if bad.any():
+        raise ValueError(f"logits of shape {tuple(logits.shape)} give no token in rows "
+                         f"{bad.nonzero().flatten().tolist()}: they contain NaN, are −inf everywhere, or (to "
+                         "sample) contain +inf")
 
 
 def validate_caches(caches, num_layers: int) -> None:

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from .attention import validate_attention_inputs, validate_causal_lengths
+from .attention import validate_attention_inputs, validate_causal_lengths, validate_operands
 from .causal import causal_mask
 
 
@@ -63,6 +63,7 @@ def online_attention_states(scores: torch.Tensor, values: torch.Tensor,
     chunks.
     """
     validate_block_size(block_size, "block_size")
+    validate_one_row(scores, values)
     m = torch.tensor(float("-inf"), dtype=scores.dtype)  # ()
     l = torch.tensor(0.0, dtype=scores.dtype)  # ()
     acc = values.new_zeros(values.shape[-1])  # (d_v,)
@@ -103,11 +104,12 @@ def tiled_attention(query, key, value, causal: bool = False,
     see no key gets a zero output, as in chapter 2 (so do all T queries when
     S = 0). Differentiable in query, key and value through `TiledAttention`,
     whose backward recomputes the scores tile by tile (FlashAttention-2); a
-    float mask gets no gradient.
+    float mask gets no gradient, so one that requires grad is refused.
     """
     validate_attention_inputs(query, key, value, mask)
     validate_block_size(block_q, "block_q")
     validate_block_size(block_k, "block_k")
+    validate_constant_mask(mask)
     if causal:
         validate_causal_lengths(query.shape[-2], key.shape[-2])
     return TiledAttention.apply(query, key, value, causal, block_q, block_k,
@@ -227,7 +229,7 @@ def tiled_attention_backward(grad_output, query, key, value, output, lse,
 class TiledAttention(torch.autograd.Function):
     """`tiled_attention` for autograd: the forward saves the inputs, the
     output and the row log-sum-exp, never the (T, S) weights; the backward
-    recomputes them a tile at a time (chapter 9)."""
+    recomputes them a tile at a time (chapter 9). Differentiable once: a second derivative is refused."""
 
     @staticmethod
     def forward(ctx, query, key, value, causal, block_q, block_k, mask):
@@ -238,6 +240,7 @@ class TiledAttention(torch.autograd.Function):
         return output
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # the backward is not itself differentiable
     def backward(ctx, grad_output):
         query, key, value, output, lse = ctx.saved_tensors
         grads = tiled_attention_backward(grad_output, query, key, value,
@@ -300,10 +303,46 @@ def apply_mask_in_base_2(scores: torch.Tensor, mask: torch.Tensor) -> None:
         scores.add_(mask.to(scores.dtype), alpha=math.log2(math.e))
 
 
+def validate_one_row(scores, values) -> None:
+    """One query's scores (S,) and the values (S, d_v) they weigh (chapter 9)."""
+    for name, t, rank in (("scores", scores, 1), ("values", values, 2)):
+        if not isinstance(t, torch.Tensor) or t.dim() != rank:
+            got = f"shape {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{name} must be a tensor {'(S,)' if rank == 1 else '(S, d_v)'}, got {got}; "
+                             "scores are one query's row, values one vector per key")
+    if scores.shape[0] != values.shape[0] or not scores.is_floating_point() \
+            or scores.dtype != values.dtype:
+        raise ValueError(f"scores {tuple(scores.shape)} of {scores.dtype} and values {tuple(values.shape)} of "
+                         f"{values.dtype} must have one row per key (S) and one floating dtype")
+
+
+def validate_constant_mask(mask) -> None:
+    """`TiledAttention` gives a float mask no gradient: a mask that asks for one is refused (chapter 9)."""
+    if mask is not None and mask.requires_grad:
+        raise ValueError("mask requires grad, but tiled_attention gives a float mask no gradient: pass "
+                         "mask.detach(), or use chapter 2's scaled_dot_product_attention to learn a bias")
+
+
+def validate_partials(*partials) -> None:
+    """Two chunks' (m, l, acc): tensors of one floating dtype and device, m and l of one shape (..., 1)
+    and acc (..., d_v) with the same leading axes (chapter 9)."""
+    names = ("m_a", "l_a", "acc_a", "m_b", "l_b", "acc_b")
+    for name, t in zip(names, partials, strict=True):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
+    kinds = {(t.dtype, t.device) for t in partials}
+    lead = {t.shape[:-1] for t in partials}
+    if len(kinds) > 1 or len(lead) > 1 or partials[0].shape != partials[1].shape \
+            or partials[0].shape != partials[3].shape or partials[0].shape != partials[4].shape:
+        found = ", ".join(f"{name} {tuple(t.shape)} {t.dtype}" for name, t in zip(names, partials, strict=True))
+        raise ValueError(f"partials must be m, l (..., 1) and acc (..., d_v) of one dtype and device, with "
+                         f"the same leading axes; got {found}")
+
+
 def validate_block_size(size: int, name: str) -> None:
     """A block size must be a positive int; the error names the argument
     (chapter 9)."""
-    if not isinstance(size, int) or size < 1:
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"{name} must be a positive integer, got {size!r}")
 
 
@@ -357,6 +396,7 @@ def attention_partial(q, k, v, dtype=None):
 def merge_partials(m_a, l_a, acc_a, m_b, l_b, acc_b):
     """The (m, l, acc) of two chunks of keys together: each rescaled to the
     larger maximum (chapter 9)."""
+    validate_partials(m_a, l_a, acc_a, m_b, l_b, acc_b)
     m = torch.maximum(m_a, m_b)
     shift = finite_or_zero(m)  # no key in either: both scales exp(−∞) = 0
     scale_a, scale_b = torch.exp(m_a - shift), torch.exp(m_b - shift)
@@ -366,6 +406,7 @@ def merge_partials(m_a, l_a, acc_a, m_b, l_b, acc_b):
 def stack_query_groups(query, key, value):
     """Queries (..., H, T, d_k) as (..., H_kv, (H / H_kv) · T, d_k): the
     query heads that share a key/value head stacked as more rows of it."""
+    validate_operands(query=query, key=key, value=value)
     heads = query.shape[-3] if query.dim() >= 3 else 1
     kv_heads = key.shape[-3] if key.dim() >= 3 else 1
     if heads == kv_heads:

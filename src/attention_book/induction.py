@@ -19,7 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .causal import causal_mask, position_mask
+from .causal import causal_mask, position_mask, validate_ring_window
+from .kv_cache import RingKVCache
+from .multihead import validate_cache_layer
 from .positions import LearnedPositions, alibi_bias, alibi_slopes, apply_rope, sinusoidal_at
 
 POSITION_KINDS = ("learned", "rope", "none", "sinusoidal", "alibi")
@@ -74,6 +76,8 @@ class HeadAttention(nn.Module):
             k = self.split(key_input)[1]
         if value_input is not None:
             v = self.split(value_input)[2]
+        if cache is not None:
+            validate_layer_cache(cache, self)
         if cache is None:
             query_positions = key_positions = torch.arange(T, device=x.device)  # (T,), (S,) with S = T
         else:
@@ -86,13 +90,22 @@ class HeadAttention(nn.Module):
         scores = q @ k.transpose(-2, -1) / math.sqrt(E // self.H)  # (B, H, T, S)
         if self.positions == "alibi":
             scores = scores + alibi_bias(query_positions, key_positions, alibi_slopes(self.H))  # (…, H, T, S)
-        mask = position_mask(query_positions, key_positions, self.window)  # (T, S) or (B, T, S)
+        mask = position_mask(query_positions, key_positions, *attended_window(cache, self.window))  # (T, S) or (B, T, S)
         scores = scores.masked_fill(~(mask if mask.dim() == 2 else mask[:, None]), float("-inf"))
         weights = scores.softmax(dim=-1)  # (B, H, T, S)
         heads = weights @ v  # (B, H, T, d_k)
         if head_mask is not None:
             heads = heads * head_mask[:, None, None]  # (B, H, T, d_k): a 0 removes that head's output
         return self.out(heads.transpose(1, 2).reshape(B, T, E)), weights  # (B, T, E)
+
+
+def attended_window(cache, window: int | None) -> tuple[int | None, int]:
+    """The window and sinks the mask keeps: the layer's own, or, for a layer without a window that reads
+    through a `RingKVCache`, the ring's, so that a model trained with full attention attends as chapter 8's
+    streaming experiment runs it, the same whether the positions come one at a time or all at once."""
+    if window is None and isinstance(cache, RingKVCache):
+        return cache.window, cache.sinks
+    return window, 0
 
 
 class AttentionOnly(nn.Module):
@@ -134,6 +147,8 @@ class AttentionOnly(nn.Module):
 
         head_mask (L, H): 1 keeps a head, 0 ablates it. With caches, tokens are the newest T positions.
         """
+        if caches is not None and len(caches) != len(self.layers):
+            raise ValueError(f"caches must hold one cache per layer, {len(self.layers)}, got {len(caches)}")
         x = self.embed(tokens, caches)  # (B, T, E)
         maps = []
         for i, (norm, layer) in enumerate(zip(self.norms, self.layers, strict=True)):
@@ -187,6 +202,7 @@ def half_losses(losses: torch.Tensor, periods: torch.Tensor) -> tuple[float, flo
 def previous_token_score(weights: torch.Tensor) -> torch.Tensor:
     """Mean weight a query puts on the position just before it, over
     queries 1 … T − 1 and the batch: (B, H, T, T) -> (H,)."""
+    validate_weights(weights)
     before = weights.diagonal(offset=-1, dim1=-2, dim2=-1)  # (B, H, T − 1)
     return before.mean(dim=(0, -1))  # (H,)
 
@@ -194,6 +210,7 @@ def previous_token_score(weights: torch.Tensor) -> torch.Tensor:
 def previous_token_curve(weights: torch.Tensor) -> torch.Tensor:
     """Weight on the position just before, per query position 1 … T − 1, averaged over the batch:
     (B, H, T, T) -> (H, T − 1). Its mean over positions is `previous_token_score`."""
+    validate_weights(weights)
     return weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=0)  # (H, T − 1)
 
 
@@ -219,12 +236,14 @@ def induction_queries(tokens: torch.Tensor,
     the wrong one to copy: those queries are left out.
     """
     t = torch.arange(tokens.shape[-1], device=tokens.device)[None, :]
+    validate_periods(tokens, periods)
     one_period_back = induction_targets(tokens) == t - periods[:, None] + 1
     return (t >= periods[:, None]) & one_period_back  # (B, T)
 
 
 def induction_weights(weights: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """Each query's weight on its induction target (B, H, T, T) -> (B, H, T); 0 where it has none."""
+    validate_weights(weights, tokens)
     targets = induction_targets(tokens)  # (B, T)
     picked = weights.gather(-1, targets.clamp(min=0)[:, None, :, None].expand(-1, weights.shape[1], -1, 1))
     return picked[..., 0] * (targets >= 0)[:, None]  # (B, H, T)
@@ -577,12 +596,14 @@ def validate_no_caches_with_start(caches) -> None:
 
 
 def validate_tokens(tokens: torch.Tensor, vocab_size: int) -> None:
-    """Token ids (B, T) of an integer dtype, each in 0 … V − 1."""
-    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.is_floating_point():
-        shape = tuple(tokens.shape) if isinstance(tokens, torch.Tensor) else type(tokens).__name__
-        raise ValueError(f"tokens must be an integer tensor (B, T), got {shape}")
+    """Token ids (B, T) of dtype int64 or int32 (what nn.Embedding reads), each in 0 … V − 1."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.dtype not in (torch.int64, torch.int32):
+        shape = f"{tuple(tokens.shape)} of {tokens.dtype}" if isinstance(tokens, torch.Tensor) else \
+            type(tokens).__name__
+        raise ValueError(f"tokens must be an int64 (or int32) tensor (B, T), got {shape}; convert ids with "
+                         "tokens.long()")
     if tokens.numel() and tokens.device.type != "meta" and not 0 <= int(tokens.min()) <= int(tokens.max()) < vocab_size:
-        raise ValueError(f"token ids must be in 0..{vocab_size - 1}, got {int(tokens.min())}..{int(tokens.max())}")
+        raise ValueError(f"tokens must be ids in 0..{vocab_size - 1}, got {int(tokens.min())}..{int(tokens.max())}")
 
 
 def validate_some_queries(queries: torch.Tensor, tokens: torch.Tensor, periods: torch.Tensor) -> None:
@@ -590,3 +611,30 @@ def validate_some_queries(queries: torch.Tensor, tokens: torch.Tensor, periods: 
     if not queries.any():
         raise ValueError(f"periods {periods.tolist()} leave no repeating query in tokens {tuple(tokens.shape)}: "
                          f"a period must be below T = {tokens.shape[-1]}")
+
+
+def validate_weights(weights, tokens=None) -> None:
+    """Attention weights (B, H, T, T), one map per sequence of `tokens` (B, T) if given (chapter 11)."""
+    if not isinstance(weights, torch.Tensor) or weights.dim() != 4 or weights.shape[-1] != weights.shape[-2]:
+        got = tuple(weights.shape) if isinstance(weights, torch.Tensor) else type(weights).__name__
+        raise ValueError(f"weights must be (B, H, T, T), one map per sequence and head, got {got}; a single "
+                         "sequence's (H, T, T) is weights[None]")
+    if tokens is not None and (tokens.dim() != 2 or weights.shape[0] != tokens.shape[0]
+                               or weights.shape[-1] != tokens.shape[-1]):
+        raise ValueError(f"weights {tuple(weights.shape)} and tokens {tuple(tokens.shape)} must be (B, H, T, T) "
+                         "and (B, T) with the same B and T")
+
+
+def validate_periods(tokens: torch.Tensor, periods: torch.Tensor) -> None:
+    """One period per sequence: periods (B,) for tokens (B, T) (chapter 11)."""
+    if not isinstance(periods, torch.Tensor) or periods.shape != tokens.shape[:1]:
+        got = tuple(periods.shape) if isinstance(periods, torch.Tensor) else type(periods).__name__
+        raise ValueError(f"periods must be (B,), one per sequence of tokens {tuple(tokens.shape)}, got {got}")
+
+
+def validate_layer_cache(cache, layer: HeadAttention) -> None:
+    """A cache of this layer's own that keeps every key its window reads, as chapter 8's layers ask; a
+    layer without a window may read through a ring, which then sets the window (`attended_window`)."""
+    if layer.window is not None:
+        validate_ring_window(cache, layer.window)
+    validate_cache_layer(cache, layer)

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from .causal import causal_mask
+from .kv_cache import Int8KVCache, KVCache
 from .multihead import MultiHeadAttention, copy_parameters, keras_attention_map
 
 
@@ -114,6 +115,7 @@ def decoder_forward(weights: dict[str, np.ndarray], tokens: np.ndarray,
     """
     w = weights
     tokens = validate_token_ids(tokens, w["embedding"].shape[0])  # (B, T)
+    validate_full_cache(cache)
     x = w["embedding"][tokens]  # gather: (B, T, E)
     q = project(x, w["query_kernel"], w["query_bias"])  # (B, H, T, d_k)
     k = project(x, w["key_kernel"], w["key_bias"])  # (B, H, T, d_k)
@@ -163,7 +165,8 @@ def train_keras_decoder(inputs, targets, epochs: int = 164, seed: int = 42,
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
     losses = []
     for _ in range(epochs):  # one batch = one epoch
-        # else Keras 3.10 returns the mean loss of all batches so far
+        # Keras 3 before keras-team/keras#22617 (April 2026) returns the
+        # mean loss of all batches so far; later releases reset by themselves
         model.reset_metrics()
         losses.append(float(model.train_on_batch(inputs, targets)))
     return model, losses
@@ -251,3 +254,11 @@ def validate_token_ids(tokens, vocab_size: int) -> np.ndarray:
         raise ValueError(f"tokens must be ids from 0 to {vocab_size - 1} (the embedding's rows), got values from "
                          f"{tokens.min()} to {tokens.max()}: NumPy would read -1 as the last row")
     return tokens
+
+
+def validate_full_cache(cache) -> None:
+    """None, or a `KVCache` that keeps every position: this decoder has no window, so a ring (which
+    forgets) or a paged cache (whose positions differ per sequence) would change what it computes."""
+    if cache is not None and (not isinstance(cache, KVCache) or isinstance(cache, Int8KVCache)):
+        raise ValueError(f"cache must be a KVCache (chapter 7), got {type(cache).__name__}: chapter 6's decoder "
+                         "attends to every earlier position, so a cache must keep them all as they are")

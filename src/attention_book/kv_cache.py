@@ -1,24 +1,39 @@
 """The KV cache: keys and values kept between decoding steps (chapter 7)."""
 
 import copy
+import math
 
 import numpy as np
 import torch
 
-from .causal import validate_sinks, validate_window
+from .attention import validate_positive
+from .causal import validate_sinks
 
 
 def kv_cache_bytes(layers: int, kv_heads: int, head_dim: int, length: int, bytes_per_value: int,
                    batch: int = 1) -> int:
     """Memory of a full cache: keys and values (the 2) for every layer, key/value head, position and
     sequence of the batch (chapter 7). With grouped-query attention kv_heads is H_kv, not H."""
-    sizes = {"layers": layers, "kv_heads": kv_heads, "head_dim": head_dim, "length": length,
-             "bytes_per_value": bytes_per_value, "batch": batch}
+    validate_cache_sizes(layers=layers, kv_heads=kv_heads, head_dim=head_dim, length=length,
+                         bytes_per_value=bytes_per_value, batch=batch)
+    return 2 * layers * kv_heads * head_dim * length * bytes_per_value * batch
+
+
+def validate_cache_sizes(**sizes) -> None:
+    """The sizes a cache's memory is counted from (name=value): non-negative integers, except
+    bytes_per_value, which may be a fraction (0.5: int4) (chapter 7)."""
     for name, size in sizes.items():
         kinds = (int, float, np.integer, np.floating) if name == "bytes_per_value" else (int, np.integer)  # 0.5: int4
-        if isinstance(size, bool) or not isinstance(size, kinds) or size < 0:
+        if isinstance(size, bool) or not isinstance(size, kinds) or not 0 <= size < math.inf:
             raise ValueError(f"{name} must be a non-negative {'number' if float in kinds else 'integer'}, got {size!r}")
-    return 2 * layers * kv_heads * head_dim * length * bytes_per_value * batch
+
+
+def validate_row(row, batch_size: int) -> None:
+    """A sequence of a paged cache is named by its row, 0 … batch_size − 1; Python's negative indexing
+    would name another one."""
+    if isinstance(row, bool) or not isinstance(row, (int, np.integer)) or not 0 <= row < batch_size:
+        raise IndexError(f"row {row!r} is not a sequence of this cache: rows are 0 to {batch_size - 1} "
+                         f"(batch size {batch_size})")
 
 
 def _zeros_like(example, shape):
@@ -140,7 +155,7 @@ class RingKVCache:
     """
 
     def __init__(self, window: int, sinks: int = 0):
-        validate_window(window)
+        validate_positive(window=window)  # a ring needs a size: None (no window) is a KVCache
         validate_sinks(sinks, window)
         self.window, self.sinks = window, sinks
         self.reset()
@@ -213,8 +228,8 @@ class Int8KVCache(KVCache):
 
     Each new key (and value) vector x of d numbers is stored as round(x / s) with s = max|x| / 127, so
     that it is rebuilt as s · round(x / s), within s / 2 of x in every entry; d + 4 bytes instead of 4d.
-    `append` returns float32 keys and values rebuilt from the stored ones (a real kernel rebuilds them
-    tile by tile as it reads them). Scales per position suit streaming: KIVI (Liu et al., 2024) scales
+    `append` returns keys and values rebuilt from the stored ones in float32 and handed back in the dtype
+    they came in (a real kernel rebuilds them tile by tile as it reads them). Scales per position suit streaming: KIVI (Liu et al., 2024) scales
     keys per channel instead, over groups of positions, because a few key channels carry outliers.
     """
 
@@ -225,7 +240,8 @@ class Int8KVCache(KVCache):
 
     def append(self, keys: torch.Tensor, values: torch.Tensor):
         """Quantise and store n new positions' keys (..., n, d_k) and values (..., n, d_v); return every
-        stored position's keys (..., S, d_k) and values (..., S, d_v), dequantised to float32."""
+        stored position's keys (..., S, d_k) and values (..., S, d_v), dequantised in float32 and returned
+        in the dtype the new keys came in (a bfloat16 layer reads bfloat16)."""
         if not keys.is_floating_point() or not values.is_floating_point():
             raise ValueError(f"Int8KVCache quantises floating-point keys and values, got {keys.dtype} and "
                              f"{values.dtype}")
@@ -243,8 +259,8 @@ class Int8KVCache(KVCache):
         self.key_scales[..., new, :], self.value_scales[..., new, :] = k_scale, v_scale
         self.length += n
         held = slice(0, self.length)
-        return (dequantize_int8(self.keys[..., held, :], self.key_scales[..., held, :]),
-                dequantize_int8(self.values[..., held, :], self.value_scales[..., held, :]))
+        return (dequantize_int8(self.keys[..., held, :], self.key_scales[..., held, :]).to(keys.dtype),
+                dequantize_int8(self.values[..., held, :], self.value_scales[..., held, :]).to(values.dtype))
 
     def nbytes(self) -> int:
         """Bytes of the int8 buffers and their float32 scales (the whole `max_length`)."""
@@ -330,6 +346,9 @@ class PagedKVCache:
     def __init__(self, pool: BlockPool, batch_size: int):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if not isinstance(pool, BlockPool):
+            raise TypeError(f"pool must be a BlockPool (the blocks every sequence takes from), got "
+                            f"{type(pool).__name__}")
         self.pool = pool
         self.layer = None  # the attention module that appends to it, set on its first use
         self.block_tables = [[] for _ in range(batch_size)]  # block numbers of each sequence, in order
@@ -339,8 +358,7 @@ class PagedKVCache:
     def for_rows(self, rows: list[int]) -> "PagedKVCache":
         """The same cache (pool, tables, lengths shared), feeding only the sequences `rows`."""
         for row in rows:
-            if not 0 <= row < len(self.lengths):
-                raise IndexError(f"row {row} is not a sequence of this cache (batch size {len(self.lengths)})")
+            validate_row(row, len(self.lengths))
         if len(set(rows)) != len(rows):
             raise ValueError(f"rows {list(rows)} name a sequence twice: both copies would write the same blocks")
         view = copy.copy(self)
@@ -387,8 +405,9 @@ class PagedKVCache:
         table, size = self.block_tables[row], self.pool.block_size
         while len(table) * size < positions.stop:
             table.append(self.pool.allocate())
-        blocks = torch.tensor([table[p // size] for p in positions], device=self.pool.keys.device)
-        offsets = torch.tensor([p % size for p in positions], device=self.pool.keys.device)
+        like = dict(dtype=torch.long, device=self.pool.keys.device)  # long even when n = 0
+        blocks = torch.tensor([table[p // size] for p in positions], **like)
+        offsets = torch.tensor([p % size for p in positions], **like)
         return blocks, offsets
 
     def gather(self, storage: torch.Tensor) -> torch.Tensor:
@@ -402,6 +421,7 @@ class PagedKVCache:
 
     def release(self, row: int) -> None:
         """Sequence `row` is finished: its blocks go back to the pool, and the row starts empty."""
+        validate_row(row, len(self.lengths))
         self.pool.release(self.block_tables[row])
         self.block_tables[row], self.lengths[row] = [], 0
 

@@ -13,7 +13,10 @@ import math
 import torch
 from torch import nn
 
-from .causal import position_mask, validate_sinks, validate_window
+from .attention import validate_positive, validate_width
+from .causal import position_mask, validate_ring_window, validate_sinks, validate_window
+from .kv_cache import validate_cache_sizes
+from .multihead import validate_cache_layer
 from .positions import apply_rope
 
 
@@ -28,8 +31,7 @@ class LatentAttention(nn.Module):
     def __init__(self, embed_dim: int, num_heads: int, latent_dim: int, rope_dim: int,
                  head_dim: int | None = None, window: int | None = None, sinks: int = 0):
         super().__init__()
-        if rope_dim < 2 or rope_dim % 2:
-            raise ValueError(f"rope_dim must be a positive even number (RoPE turns pairs), got {rope_dim}")
+        validate_latent_sizes(embed_dim, num_heads, latent_dim, rope_dim, head_dim)
         validate_window(window)
         validate_sinks(sinks, window)
         self.H, self.d_c, self.d_r = num_heads, latent_dim, rope_dim
@@ -41,11 +43,11 @@ class LatentAttention(nn.Module):
         self.k_up = nn.Linear(latent_dim, H * d_h, bias=False)  # W_uk: c -> every head's content key
         self.v_up = nn.Linear(latent_dim, H * d_h, bias=False)  # W_uv: c -> every head's value
         self.out_proj = nn.Linear(H * d_h, embed_dim)
-        self._absorbed = (None, None)  # (weights' versions, absorbed matrices)
 
     def forward(self, x: torch.Tensor, need_weights: bool = False, cache=None, absorbed: bool | None = None):
         """Returns (output (B, T, E), None). `absorbed` picks the form; by default the absorbed one for a
         single new position with a cache (decode), the plain one otherwise (prefill, training)."""
+        validate_latent_call(self, x, need_weights, cache)
         B, T, _ = x.shape
         queries, keys_at = positions_of(T, x.device, cache)  # (T,), (S,)
         q = self.q_proj(x).unflatten(-1, (self.H, self.d_h + self.d_r)).transpose(1, 2)  # (B, H, T, d_h + d_r)
@@ -79,17 +81,17 @@ class LatentAttention(nn.Module):
         return out + self.out_proj.bias
 
     def absorbed_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """W_uk_iᵀ W_q_i (H, d_c, E) and W_o_i W_uv_i (H, E, d_c), computed once per set of weights."""
-        params = (self.q_proj.weight, self.k_up.weight, self.v_up.weight, self.out_proj.weight)
-        versions = tuple((p.data_ptr(), p._version) for p in params)
-        if self._absorbed[0] != versions:
-            with torch.no_grad():
-                w_q = self.q_proj.weight.unflatten(0, (self.H, -1))[:, :self.d_h]  # (H, d_h, E): content part
-                w_uk = self.k_up.weight.unflatten(0, (self.H, self.d_h))  # (H, d_h, d_c)
-                w_uv = self.v_up.weight.unflatten(0, (self.H, self.d_h))  # (H, d_h, d_c)
-                w_o = self.out_proj.weight.unflatten(1, (self.H, self.d_h)).transpose(0, 1)  # (H, E, d_h)
-                self._absorbed = (versions, (w_uk.transpose(1, 2) @ w_q, w_o @ w_uv))
-        return self._absorbed[1]
+        """W_uk_iᵀ W_q_i (H, d_c, E) and W_o_i W_uv_i (H, E, d_c), from the weights as they are now.
+
+        Recomputed at every call, which costs two small products per layer: a cache of them would go
+        stale when weights change unseen (`p.data.mul_(...)` changes no version counter), and under
+        autograd they carry the gradient to q_proj, k_up, v_up and out_proj, so the absorbed form trains.
+        """
+        w_q = self.q_proj.weight.unflatten(0, (self.H, -1))[:, :self.d_h]  # (H, d_h, E): content part
+        w_uk = self.k_up.weight.unflatten(0, (self.H, self.d_h))  # (H, d_h, d_c)
+        w_uv = self.v_up.weight.unflatten(0, (self.H, self.d_h))  # (H, d_h, d_c)
+        w_o = self.out_proj.weight.unflatten(1, (self.H, self.d_h)).transpose(0, 1)  # (H, E, d_h)
+        return w_uk.transpose(1, 2) @ w_q, w_o @ w_uv
 
     def split(self, x: torch.Tensor) -> torch.Tensor:
         """(B, S, H·d_h) -> (B, H, S, d_h)."""
@@ -99,6 +101,8 @@ class LatentAttention(nn.Module):
 def latent_cache_bytes(layers: int, latent_dim: int, rope_dim: int, length: int, bytes_per_value: int,
                        batch: int = 1) -> int:
     """Memory of an MLA cache: one latent and one rope key per layer and position, no factor 2, no heads."""
+    validate_cache_sizes(layers=layers, latent_dim=latent_dim, rope_dim=rope_dim, length=length,
+                         bytes_per_value=bytes_per_value, batch=batch)
     return layers * (latent_dim + rope_dim) * length * bytes_per_value * batch
 
 
@@ -115,9 +119,37 @@ def positions_of(num_new: int, device, cache=None) -> tuple[torch.Tensor, torch.
 
 def rotate(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """RoPE on x (..., T, d) at consecutive `positions` (T,): the one place this module turns by position."""
-    return apply_rope(x, start=int(positions[0])) if len(positions) else x
+    return apply_rope(x, positions=positions)  # (T,): no read-back of the start, so meta tensors work
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """softmax over the keys of scores (..., T, S), where `mask` (T, S) is True."""
     return scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+
+
+# Input checks: the errors name the argument.
+
+def validate_latent_sizes(embed_dim, num_heads, latent_dim, rope_dim, head_dim) -> None:
+    """Positive integer sizes (0 is not None for head_dim), an even rope_dim, and E divisible by H
+    when head_dim is not given."""
+    validate_positive(embed_dim=embed_dim, num_heads=num_heads, latent_dim=latent_dim, rope_dim=rope_dim)
+    validate_positive(allow_none=True, head_dim=head_dim)
+    if rope_dim % 2:
+        raise ValueError(f"rope_dim must be a positive even number (RoPE turns pairs), got {rope_dim}")
+    if head_dim is None and embed_dim % num_heads:
+        raise ValueError(f"embed_dim={embed_dim} is not divisible by num_heads={num_heads}: give head_dim, "
+                         f"or an embed_dim that is a multiple of num_heads")
+
+
+def validate_latent_call(layer: LatentAttention, x, need_weights, cache) -> None:
+    """x (B, T, E) of the weights' dtype; no weights to return; a cache of this layer's own that keeps
+    every position its window (and sinks) still reads, as `CausalSelfAttention` asks."""
+    validate_width(x, layer.q_proj.in_features, "x", "embed_dim", layer.q_proj.weight.dtype)
+    if x.dim() != 3:
+        raise ValueError(f"x must be (B, T, E), got shape {tuple(x.shape)}")
+    if need_weights:
+        raise ValueError("need_weights=True: LatentAttention returns no attention weights (its output is "
+                         "(output, None)); call it with need_weights=False")
+    if cache is not None:
+        validate_ring_window(cache, layer.window, layer.sinks)
+        validate_cache_layer(cache, layer)

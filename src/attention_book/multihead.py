@@ -134,15 +134,17 @@ class MultiHeadAttention(nn.Module):
         validate_attention_inputs(q, k, v, mask)  # errors name the per-head shapes
         if is_causal:
             validate_is_causal(q, k, mask)
-        if need_weights or (self.training and self.dropout.p > 0):
+        if need_weights:
             if is_causal:  # F.scaled_dot_product_attention's is_causal, written out: (T, T), True = may attend
                 mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
             weights = head_weights(q, k, mask)  # (..., H, T, S), float32 for half-precision inputs
             context = (self.dropout(weights) @ v.to(weights.dtype)).to(v.dtype)  # (..., H, T, E/H)
             averaged = weights.mean(dim=-3).to(q.dtype) if need_weights else None  # (..., T, S)
             return self.out_proj(self.merge_heads(context)), averaged
-        # the fused kernel, same maths; with is_causal it makes the (T, T) mask itself (mask is None then)
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
+        # the fused kernel, same maths; with is_causal it makes the (T, T) mask itself (mask is None then), and
+        # in training it drops attention weights itself, given dropout_p (as nanoGPT does; chapter 5)
+        dropout_p = self.dropout.p if self.training else 0.0
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal, dropout_p=dropout_p)
         return self.out_proj(self.merge_heads(context)), None
 
     @classmethod
@@ -214,6 +216,17 @@ def validate_cache_layer(cache, module: nn.Module) -> None:
     elif owner() is not module:
         raise ValueError("cache already holds another attention layer's keys and values: give every layer "
                          "its own cache (Decoder.new_caches() makes one per layer), or reset() it first")
+
+
+def validate_torch_masks(**masks) -> None:
+    """`nn.MultiheadAttention`'s masks (name=mask): None, or boolean (True = blocked) or floating tensors, as
+    PyTorch takes them; an integer mask would be added to the scores as numbers (chapter 3)."""
+    for name, mask in masks.items():
+        if mask is not None and (not isinstance(mask, torch.Tensor) or
+                                 not (mask.dtype == torch.bool or mask.is_floating_point())):
+            got = f"dtype {mask.dtype}" if isinstance(mask, torch.Tensor) else type(mask).__name__
+            raise TypeError(f"{name} must be a boolean (True = blocked) or floating torch.Tensor, as "
+                            f"nn.MultiheadAttention takes it, got {got}: convert with {name}.bool()")
 
 
 def validate_stacked_weights(x, W_query, W_key, W_value) -> None:
@@ -326,6 +339,7 @@ def mask_from_torch(attn_mask=None, key_padding_mask=None, num_heads: int = 1):
     """`nn.MultiheadAttention`'s attn_mask (T, S) or (B·H, T, S) and key_padding_mask (B, S), both with
     True = blocked, combined into one float mask for this package, shaped to broadcast to (B, H, T, S): four
     axes always, so that it is never ambiguous (`validate_mask_axes`)."""
+    validate_torch_masks(attn_mask=attn_mask, key_padding_mask=key_padding_mask)
     total = None
     if attn_mask is not None:
         total = additive_mask(attn_mask)

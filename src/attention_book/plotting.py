@@ -96,11 +96,11 @@ def plot_attention_grid(maps: dict, query_tokens, key_tokens=None, *, columns=2,
 
 
 def plot_scaling(d_ks, variances, unscaled, scaled):
-    """The √d_k argument in three panels (chapter 2).
+    """The √d_k argument in three panels (chapter 2), its text readable at the page's width.
 
     `variances[i]` is Var(q·k) at d_ks[i]; `unscaled`/`scaled` are lists of (max weight, Jacobian norm).
     """
-    fig, (ax_var, ax_max, ax_grad) = plt.subplots(1, 3, figsize=(PAGE_INCHES, 3.6))
+    fig, (ax_var, ax_max, ax_grad) = plt.subplots(1, 3, figsize=(PAGE_INCHES, 3.4))
     ax_var.plot(d_ks, variances, "o-", label="measured Var(q·k)")
     ax_var.plot(d_ks, d_ks, "k--", label="d_k")
     ax_var.set(xscale="log", yscale="log", xlabel="d_k", title="variance of a dot product")
@@ -110,35 +110,13 @@ def plot_scaling(d_ks, variances, unscaled, scaled):
     ax_max.set(xscale="log", xlabel="d_k", ylim=(0, 1.05), title="largest softmax weight")
     ax_grad.set(xscale="log", xlabel="d_k", ylim=(0, None), title="‖∂softmax/∂scores‖")
     for ax in (ax_var, ax_max, ax_grad):
-        ax.legend()
+        ax.legend(fontsize=10)
         ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=11)
+        ax.xaxis.label.set_size(11)
+        ax.title.set_size(12)
     fig.tight_layout()
     return fig
-
-
-def principal_plane(x) -> np.ndarray:
-    """The two leading principal directions of the rows of `x` (T, E), as an (E, 2) matrix."""
-    centred = x - x.mean(axis=0)
-    _, _, vt = np.linalg.svd(centred, full_matrices=False)
-    return vt[:2].T  # (E, 2)
-
-
-def plot_mixing(before, after, labels, *, ax=None, title="each word pulled towards its neighbours"):
-    """Word vectors before and after attention, projected on the principal plane of `before` (chapter 1)."""
-    before, after = _as_array(before), _as_array(after)
-    plane = principal_plane(before)
-    p0, p1 = (before - before.mean(axis=0)) @ plane, (after - before.mean(axis=0)) @ plane  # (T, 2)
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5.5, 4.5))
-    ax.scatter(p0[:, 0], p0[:, 1], color="tab:blue", label="embedding")
-    ax.scatter(p1[:, 0], p1[:, 1], color="tab:orange", label="after mixing")
-    for (x0, y0), (x1, y1), label in zip(p0, p1, labels, strict=True):
-        ax.annotate("", xy=(x1, y1), xytext=(x0, y0), arrowprops=dict(arrowstyle="->", color="gray"))
-        ax.annotate(label, (x0, y0), textcoords="offset points", xytext=(4, 4))
-    ax.set(xlabel="principal direction 1", ylabel="principal direction 2", title=title)
-    ax.legend()
-    ax.figure.tight_layout()
-    return ax
 
 
 def plot_bars(labels, values, *, ylabel, title, ax=None):

@@ -12,6 +12,8 @@ import math
 import torch
 from torch import nn
 
+from .attention import validate_positive
+
 
 def pair_frequencies(width: int, base: float = 10000.0) -> torch.Tensor:
     """The angle per position of each of the width / 2 feature pairs: base^(−2i / width), i = 0 … width/2 − 1."""
@@ -51,13 +53,15 @@ class LearnedPositions(nn.Module):
 
     def __init__(self, max_length: int, width: int):
         super().__init__()
+        validate_positive(max_length=max_length, width=width)
         self.embedding = nn.Embedding(max_length, width)
 
     def forward(self, x: torch.Tensor, start: int = 0, positions=None) -> torch.Tensor:
         """x (B, T, E) of positions start … start + T − 1, or `positions` (T,) or (B, T) -> x + P[positions]."""
         if positions is None:
             positions = torch.arange(start, start + x.shape[-2], device=x.device)  # (T,)
-        validate_positions(int(positions.min()), int(positions.max()) + 1, self.embedding.num_embeddings)
+        if positions.device.type != "meta" and positions.numel():  # meta tensors cannot be read back
+            validate_positions(int(positions.min()), int(positions.max()) + 1, self.embedding.num_embeddings)
         return x + self.embedding(positions.to(x.device))  # (B, T, E)
 
 
@@ -120,6 +124,7 @@ def alibi_bias(query_positions: torch.Tensor, key_positions: torch.Tensor, slope
     Positions (T,) and (S,), or (B, T) and (B, S) as the caches of chapters 7 and 8 give them; slopes (H,). Returns
     (H, T, S) or (B, H, T, S), float32. Keys after the query (which the causal mask removes) get 0.
     """
+    validate_alibi_inputs(query_positions, key_positions, slopes)
     distance = (query_positions[..., :, None] - key_positions[..., None, :]).clamp(min=0)  # (..., T, S)
     slopes = slopes.to(distance.device, torch.float64)
     bias = -slopes[:, None, None] * distance[..., None, :, :].double()  # (..., H, T, S)
@@ -130,14 +135,14 @@ def alibi_bias(query_positions: torch.Tensor, key_positions: torch.Tensor, slope
 
 def validate_even_width(width: int) -> None:
     """Sinusoids and rotations work on pairs of features, so the width must be a positive even number."""
-    if width < 2 or width % 2:
+    if isinstance(width, bool) or not isinstance(width, int) or width < 2 or width % 2:
         raise ValueError(f"positions need an even width (features come in pairs), got width={width}")
 
 
 def validate_base(base) -> None:
     """The angles are base^(−2i/d): the base must be a number > 0 (10000 in the papers)."""
-    if not isinstance(base, (int, float)) or isinstance(base, bool) or not base > 0:
-        raise ValueError(f"base sets the angles base^(-2i/d), so it must be a number > 0, got base={base!r}")
+    if not isinstance(base, (int, float)) or isinstance(base, bool) or not 0 < base < math.inf:
+        raise ValueError(f"base sets the angles base^(-2i/d), so it must be a finite number > 0, got base={base!r}")
 
 
 def validate_scale(scale) -> None:
@@ -172,6 +177,9 @@ def validate_rope_input(x: torch.Tensor, start: int, base: float = 10000.0, posi
         if start < 0:
             raise ValueError(f"start is the first position, so it must be ≥ 0, got {start}")
         return
+    if start != 0:
+        raise ValueError(f"give start={start} or positions, not both: positions already say where every "
+                         "query or key is (add start to them)")
     T = x.shape[-2]
     if not isinstance(positions, torch.Tensor) or positions.is_floating_point() or positions.dtype == torch.bool:
         raise TypeError(f"positions must be an integer tensor (T,) or (B, T), got {positions!r:.60}")
@@ -182,3 +190,17 @@ def validate_rope_input(x: torch.Tensor, start: int, base: float = 10000.0, posi
                          f"{tuple(positions.shape)}")
     if positions.device.type != "meta" and positions.numel() and int(positions.min()) < 0:
         raise ValueError(f"positions must be ≥ 0, got a smallest position of {int(positions.min())}")
+
+
+def validate_alibi_inputs(query_positions, key_positions, slopes) -> None:
+    """Integer positions (T,) and (S,), or (B, T) and (B, S) with one B, and slopes (H,)."""
+    for name, t in (("query_positions", query_positions), ("key_positions", key_positions)):
+        if not isinstance(t, torch.Tensor) or t.is_floating_point() or t.dtype == torch.bool or t.dim() not in (1, 2):
+            got = f"{tuple(t.shape)} of {t.dtype}" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{name} must be an integer tensor (T,) or (B, T), got {got}")
+    if query_positions.dim() != key_positions.dim() or query_positions.shape[:-1] != key_positions.shape[:-1]:
+        raise ValueError(f"query_positions {tuple(query_positions.shape)} and key_positions "
+                         f"{tuple(key_positions.shape)} must be (T,) and (S,), or (B, T) and (B, S) with one B")
+    if not isinstance(slopes, torch.Tensor) or slopes.dim() != 1:
+        got = tuple(slopes.shape) if isinstance(slopes, torch.Tensor) else type(slopes).__name__
+        raise ValueError(f"slopes must be a tensor (H,), one per head (alibi_slopes(H)), got {got}")

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .attention import scaled_dot_product_attention
 from .multihead import MultiHeadAttention, head_weights
 
 
@@ -99,31 +100,65 @@ class Reverser(nn.Module):
         self.read_out = nn.Linear(E, V)
 
     def encode(self, source: torch.Tensor) -> torch.Tensor:
-        """source (B, S) -> encoder states (B, S, E)."""
+        """source (B, S) -> memory, the encoder states (B, S, E)."""
         x = self.source_embedding(source) + self.source_positions(torch.arange(source.shape[-1]))
         return x + self.encoder_attention(x, need_weights=False)[0]
 
-    def decode(self, decoder_input: torch.Tensor, memory: torch.Tensor, need_weights: bool = False):
-        """decoder_input (B, T) and encoder states (B, S, E) -> logits (B, T, V), cross weights (B, T, S)."""
-        y = self.target_embedding(decoder_input) + self.target_positions(torch.arange(decoder_input.shape[-1]))
-        y = y + self.decoder_attention(y, need_weights=False, is_causal=True)[0]
-        crossed, weights = self.cross_attention(y, memory, memory, need_weights=need_weights)
-        return self.read_out(y + crossed), weights
+    def cross_keys_values(self, memory: torch.Tensor):
+        """memory (B, S, E) -> the cross-attention's keys and values,
+        (B, 1, S, E) each (one head). They depend on the source alone:
+        made once per source, reused at every decoding step (chapter 4)."""
+        cross = self.cross_attention
+        keys = cross.split_heads(cross.k_proj(memory))  # (B, 1, S, E)
+        values = cross.split_heads(cross.v_proj(memory))  # (B, 1, S, E)
+        return keys, values
+
+    def decode(self, decoder_input: torch.Tensor, cross_kv,
+               need_weights: bool = False):
+        """The decoder layer (chapter 4): decoder_input (B, T) and the cross
+        keys and values -> logits (B, T, V), cross weights (B, T, S)."""
+        positions = torch.arange(decoder_input.shape[-1])  # (T,)
+        y = self.target_embedding(decoder_input)  # (B, T, E)
+        y = y + self.target_positions(positions)
+        # causal self-attention over the target so far, with a residual
+        y = y + self.decoder_attention(y, need_weights=False,
+                                       is_causal=True)[0]
+        # cross-attention: queries from y, keys and values made once
+        crossed, weights = self.cross_attend(y, *cross_kv)  # (B, T, E)
+        logits = self.read_out(y + crossed)  # (B, T, V)
+        return logits, weights[:, 0] if need_weights else None
+
+    def cross_attend(self, y: torch.Tensor, keys: torch.Tensor,
+                     values: torch.Tensor):
+        """Queries from the decoder states y (B, T, E) over the cross keys
+        and values -> (output (B, T, E), weights (B, 1, T, S))."""
+        cross = self.cross_attention
+        queries = cross.split_heads(cross.q_proj(y))  # (B, 1, T, E)
+        context, weights = scaled_dot_product_attention(queries, keys,
+                                                        values)
+        # context (B, 1, T, E) -> (B, T, E)
+        return cross.out_proj(cross.merge_heads(context)), weights
 
     def forward(self, source: torch.Tensor, target: torch.Tensor, need_weights: bool = False):
         """Teacher forcing: the decoder reads the start token and target[:-1]; returns (logits, weights)."""
         start = torch.full_like(target[..., :1], self.config.vocab_size)
         decoder_input = torch.cat([start, target[..., :-1]], dim=-1)  # (B, T)
-        return self.decode(decoder_input, self.encode(source), need_weights)
+        memory = self.encode(source)  # (B, S, E)
+        return self.decode(decoder_input, self.cross_keys_values(memory), need_weights)
 
     @torch.no_grad()
     def generate(self, source: torch.Tensor) -> torch.Tensor:
-        """Greedy decoding, one token per step; the encoder runs once (its keys and values are reused)."""
-        memory = self.encode(source)  # (B, S, E), computed once
-        out = torch.full_like(source[..., :1], self.config.vocab_size)  # the start token
+        """Greedy decoding, one token per step (chapter 4). The encoder and
+        the cross-attention's keys and values run once; the decoder's causal
+        self-attention reruns the prefix (chapter 7 caches it)."""
+        memory = self.encode(source)  # (B, S, E)
+        cross_kv = self.cross_keys_values(memory)  # made once
+        # the start token, id V: (B, 1)
+        out = torch.full_like(source[..., :1], self.config.vocab_size)
         for _ in range(source.shape[-1]):
-            logits, _ = self.decode(out, memory)
-            out = torch.cat([out, logits[..., -1:, :].argmax(-1)], dim=-1)
+            logits, _ = self.decode(out, cross_kv)  # (B, t, V)
+            next_token = logits[..., -1:, :].argmax(-1)  # (B, 1)
+            out = torch.cat([out, next_token], dim=-1)
         return out[..., 1:]  # (B, T) without the start token
 
 

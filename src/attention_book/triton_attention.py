@@ -82,7 +82,7 @@ def _attention_kernel(Q, K, V, O, LSE, stride_qb, stride_qt, stride_kb, stride_k
     for start in range(unmasked_end, end, BLOCK_K):  # the diagonal and the ragged end
         acc, m, l = _attend_block(acc, m, l, q, k_ptrs, v_ptrs, offs_q, offs_k, start, S, offset, qk_scale,
                                   True, CAUSAL, stride_ks, stride_vs, BLOCK_K, PRECISION)
-    out = acc / l[:, None]
+    out = acc / tl.where(l == 0.0, 1.0, l)[:, None]  # no key at all (S = 0): a zero output, as in chapter 2
     tl.store(O + bh * stride_ob + offs_q[:, None] * stride_ot + offs_d[None, :], out.to(O.dtype.element_ty),
              mask=offs_q[:, None] < T)
     tl.store(LSE + bh * T + offs_q, m + tl.math.log2(l), mask=offs_q < T)  # log-sum-exp, base 2: backward's
@@ -171,13 +171,15 @@ def triton_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
                      num_stages: int | None = None):
     """softmax(Q Kᵀ / √d) V with one Triton kernel; query (B, H, T, d), key and value (B, H, S, d) (chapter 9).
 
-    fp16, bf16 or fp32 on a CUDA device (or on the CPU under TRITON_INTERPRET=1), d a power of two from 16
-    to 256. fp32 is multiplied in full fp32 precision, not TF32. With `causal`, the queries are the last T
-    of S positions. Blocks and stages default to `default_config`; whatever is given must fit a thread
+    fp16, bf16 or fp32 on a CUDA device (or fp16 and fp32 on the CPU under TRITON_INTERPRET=1: the
+    interpreter's tl.dot multiplies bf16 wrongly, triton-lang/triton#11584), d a power of two from 16
+    to 256; no keys (S = 0) give zeros, as in chapter 2. fp32 is multiplied in full fp32 precision, not
+    TF32. With `causal`, the queries are the last T of S positions. Blocks and stages default to `default_config`; whatever is given must fit a thread
     block's shared memory. Differentiable: the backward pass runs two more kernels (`TritonAttention`),
     with the forward's blocks; they are tested in the interpreter, not yet compiled on a GPU by this book.
     """
     validate_attention_inputs(query, key, value)
+    validate_triton_device(query)
     if not (query.shape[:-2] == key.shape[:-2] == value.shape[:-2] and query.dim() == 4):
         raise ValueError(f"triton_attention wants (B, H, T, d) inputs with equal B and H, got query "
                          f"{tuple(query.shape)}, key {tuple(key.shape)}, value {tuple(value.shape)}")
@@ -269,3 +271,15 @@ def validate_blocks(block_q: int, block_k: int, num_stages: int, head_dim: int, 
                          f"{dtype} need about {need // 1024} KiB of shared memory, more than the "
                          f"{SHARED_MEMORY_LIMIT // 1024} KiB a thread block has on an H100: use smaller blocks "
                          f"or fewer stages")
+
+
+def validate_triton_device(query: torch.Tensor) -> None:
+    """The kernels run on a CUDA device, or on the CPU in Triton's interpreter, where bf16 is refused:
+    its tl.dot multiplies bf16 bit patterns as if they were another type (triton-lang/triton#11584)."""
+    interpreted = not isinstance(_attention_kernel, triton.runtime.JITFunction)  # TRITON_INTERPRET=1 at import
+    if query.device.type != "cuda" and not (interpreted and query.device.type == "cpu"):
+        raise ValueError(f"query is on {query.device}: triton_attention runs on a CUDA device, or on the CPU "
+                         "with TRITON_INTERPRET=1 set before triton is imported")
+    if interpreted and query.dtype == torch.bfloat16:
+        raise TypeError("query is bfloat16, which Triton's interpreter (TRITON_INTERPRET=1) multiplies wrongly "
+                        "in tl.dot (triton-lang/triton#11584): use float16 or float32 on the CPU, or a CUDA GPU")

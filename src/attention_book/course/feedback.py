@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from . import wire
+from .diagnose import name_the_mistake
 
 FOLDER = Path(__file__).resolve().parents[1] / "data" / "feedback"
 
@@ -80,7 +81,7 @@ def replay(exercise: str, student_function, folder: Path = FOLDER) -> Result:
         except Exception as error:  # noqa: BLE001 - the student's error is feedback
             return Result(exercise, False, f"your function raised {type(error).__name__}: {error}")
         try:
-            problem = difference(got, wire.decode(case["expected"]))
+            problem = difference(got, wire.decode(case["expected"]), args=args)
         except Exception as error:  # noqa: BLE001 - a result that cannot even be compared is feedback too
             problem = f"your result could not be checked ({type(error).__name__}: {error})"
         if problem:
@@ -98,8 +99,9 @@ def describe(args) -> str:
     return "(" + ", ".join(one(a) for a in args) + ")"
 
 
-def difference(got, expected, what: str = "the result") -> str | None:
-    """None when `got` equals the reference's `expected` (arrays to rounding), else where it differs."""
+def difference(got, expected, what: str = "the result", args=()) -> str | None:
+    """None when `got` equals the reference's `expected` (arrays to rounding), else the mistake named
+    (`diagnose`) or where it first differs; `args` are the inputs, for mistakes named by their sizes."""
     if isinstance(expected, (torch.Tensor, np.ndarray)):
         reference = expected.numpy() if isinstance(expected, torch.Tensor) else expected
         try:
@@ -107,7 +109,8 @@ def difference(got, expected, what: str = "the result") -> str | None:
         except (TypeError, ValueError, AttributeError):
             return f"{what} should be an array of shape {tuple(reference.shape)}, yours is a {type(got).__name__}"
         if array.shape != reference.shape:
-            return f"{what} should have shape {tuple(reference.shape)}, yours has {tuple(array.shape)}"
+            named = name_the_mistake(array, reference, args)
+            return named or f"{what} should have shape {tuple(reference.shape)}, yours has {tuple(array.shape)}"
         if reference.dtype == bool and array.dtype != bool:
             return f"{what} should be boolean, yours has dtype {array.dtype}"
         if reference.dtype.kind in "biu":
@@ -117,6 +120,8 @@ def difference(got, expected, what: str = "the result") -> str | None:
                                             rtol=1e-4, equal_nan=True))
         if len(wrong) == 0:
             return None
+        if named := name_the_mistake(array, reference, args):
+            return named
         at = tuple(int(i) for i in wrong[0])
         return f"{what}{list(at)} is {_number(array[at])}, expected {_number(reference[at])}"
     if isinstance(expected, (tuple, list)):
@@ -134,6 +139,8 @@ def difference(got, expected, what: str = "the result") -> str | None:
                 return problem
         return None
     if isinstance(expected, (int, float)) and not isinstance(expected, bool):
+        if isinstance(got, (str, bytes, bool, np.bool_)):  # float("1.0") and float(True) would pass
+            return f"{what} should be a number, yours is {type(got).__name__} {got!r}"
         try:
             number = float(got)
         except (TypeError, ValueError):
@@ -141,6 +148,8 @@ def difference(got, expected, what: str = "the result") -> str | None:
         if math.isclose(number, expected, rel_tol=1e-6, abs_tol=1e-9):
             return None
         return f"{what} is {_number(number)}, expected {_number(expected)}"
+    if isinstance(got, np.generic) and isinstance(expected, (bool, int, float, str)):
+        got = got.item()  # a NumPy bool or number reads as the Python one: True, not np.True_
     return None if got == expected else f"{what} is {got!r}, expected {expected!r}"
 
 

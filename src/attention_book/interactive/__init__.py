@@ -23,10 +23,13 @@ from importlib.resources import files
 
 import torch
 
-from ..efficient import online_attention_states
+from ..attention import validate_positive
+from ..efficient import online_attention_states, validate_one_row
 from ..kv_cache import BlockPool, KVCache, PagedKVCache, RingKVCache
 
 _ASSETS = files(__package__)
+KINDS = ("explorer", "kv-cache", "tiles")  # the figures figures.js draws
+MARK = 1000  # kv_cache_steps: the key of position p of sequence s is p + 1 + MARK · s
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,8 @@ class InteractiveFigure:
     summary: str  # what the figure shows, in words (the text form, and the fallback without scripts)
 
     def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS} (the script draws only those), got {self.kind!r}")
         if not self.name.replace("-", "").isalnum():
             raise ValueError(f"name must be letters, digits and hyphens (it becomes an HTML id), got {self.name!r}")
 
@@ -49,7 +54,8 @@ class InteractiveFigure:
 
     def _repr_html_(self) -> str:
         ident = f"ab-{self.name}"
-        payload = json.dumps(self.data, separators=(",", ":")).replace("</", "<\\/")
+        payload = json.dumps(self.data, separators=(",", ":"), allow_nan=False)  # the page's JSON.parse
+        payload = payload.replace("</", "<\\/")  # reads no NaN or Infinity
         return (
             f'<figure class="ab-figure" id="{ident}" data-kind="{self.kind}" aria-labelledby="{ident}-title">'
             f"<style>{_ASSETS.joinpath('figures.css').read_text()}</style>"
@@ -65,12 +71,15 @@ class InteractiveFigure:
 
 
 def _rounded(values) -> list:
-    """Nested lists of floats at 4 decimals (what the chapters print: the same on every machine); NaN -> None."""
+    """Nested lists of floats at 4 decimals (what the chapters print: the same on every machine); NaN -> None,
+    ±∞ -> "inf" and "-inf" (JSON has no number for them; the script writes them as ±∞)."""
     if isinstance(values, torch.Tensor):
         values = values.detach().to("cpu", torch.float64).tolist()
     if isinstance(values, list):
         return [_rounded(v) for v in values]
-    return None if values != values else round(float(values), 4)
+    if values != values:
+        return None
+    return ("inf" if values > 0 else "-inf") if abs(values) == float("inf") else round(float(values), 4)
 
 
 def attention_explorer(weights, queries, keys=None, *, names, name: str, title: str,
@@ -101,9 +110,10 @@ def kv_cache_steps(prompt: int = 5, steps: int = 6, *, window: int = 4, block_si
     Each position's key is its own number, so reading the caches' buffers back shows where each
     position lives: the states are the package's caches, not a drawing of them.
     """
-    if min(prompt, other_prompt, steps, window, block_size) < 1:
-        raise ValueError(f"prompt, other_prompt, steps, window and block_size must be at least 1, got "
-                         f"{prompt}, {other_prompt}, {steps}, {window} and {block_size}")
+    validate_positive(prompt=prompt, other_prompt=other_prompt, steps=steps, window=window, block_size=block_size)
+    if max(prompt, other_prompt) + steps >= MARK:
+        raise ValueError(f"prompt={prompt} or other_prompt={other_prompt} + steps={steps} reach {MARK} "
+                         f"positions: the figure labels position p of sequence s by the key p + 1 + {MARK}·s")
     total = prompt + steps
     full, ring = KVCache(total), RingKVCache(window)
     num_blocks = -(-(prompt + steps) // block_size) + -(-(other_prompt + steps) // block_size)
@@ -118,10 +128,10 @@ def kv_cache_steps(prompt: int = 5, steps: int = 6, *, window: int = 4, block_si
         ring.append(marks, marks)
         if step == 0:
             for row, length in ((0, prompt), (1, other_prompt)):
-                own = torch.arange(length, dtype=torch.float32).view(1, 1, -1, 1) + 1 + 1000 * row
+                own = torch.arange(length, dtype=torch.float32).view(1, 1, -1, 1) + 1 + MARK * row
                 paged.for_rows([row]).append(own, own)
         else:
-            both = torch.tensor([[start + 1], [paged.lengths[1] + 1 + 1000]], dtype=torch.float32)
+            both = torch.tensor([[start + 1], [paged.lengths[1] + 1 + MARK]], dtype=torch.float32)
             paged.append(both.view(2, 1, 1, 1), both.view(2, 1, 1, 1))
         records.append({
             "what": (f"Prefill: the prompt's {prompt} positions are written at once." if step == 0
@@ -155,7 +165,7 @@ def _pool_owners(pool: BlockPool, paged: PagedKVCache) -> list:
         if block in pool.free or not marks:
             owners.append(None)
             continue
-        sequence, positions = marks[0] // 1000, [m % 1000 - 1 for m in marks]
+        sequence, positions = marks[0] // MARK, [m % MARK - 1 for m in marks]
         owners.append(f"s{sequence}: p{positions[0]}-p{positions[-1]}")
     return owners
 
@@ -169,6 +179,7 @@ def tile_steps(scores, values, block_size: int, *, name: str = "tiles",
     scores: (S,) one query's scaled scores; values: (S, d_v).
     """
     scores, values = torch.as_tensor(scores), torch.as_tensor(values)
+    validate_one_row(scores, values)
     records = [{"start": start, "stop": stop, "m": _rounded(m), "l": _rounded(total), "acc": _rounded(acc),
                 "out": _rounded(acc / total)}
                for start, stop, m, total, acc in online_attention_states(scores, values, block_size)]
@@ -182,8 +193,15 @@ def tile_steps(scores, values, block_size: int, *, name: str = "tiles",
 # Checks, at the edge.
 
 def validate_maps(weights: torch.Tensor, num_queries: int, num_keys: int, names) -> None:
-    """Weights (M, T, S) with M names, T queries and S keys."""
+    """Weights (M, T, S) with M names, T queries and S keys, each from 0 to 1 or NaN (masked)."""
+    if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"names must be a list of strings, one per map of weights, got {names!r:.60}")
     if weights.dim() != 3 or weights.shape != (len(names), num_queries, num_keys):
         raise ValueError(f"weights must be (M, T, S) = ({len(names)}, {num_queries}, {num_keys}) for "
                          f"{len(names)} names, {num_queries} queries and {num_keys} keys; got "
                          f"{tuple(weights.shape)}")
+    outside = ~((weights >= -1e-4) & (weights <= 1 + 1e-4) | weights.isnan())  # 1e-4: rounding
+    if outside.any():
+        at = tuple(outside.nonzero()[0].tolist())
+        raise ValueError(f"weights must be attention weights from 0 to 1 (NaN for a masked key), got "
+                         f"weights{list(at)} = {weights[at].item()}")

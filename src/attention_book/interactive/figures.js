@@ -15,7 +15,13 @@
     return node;
   }
 
-  function fmt(x) { return Number(x).toFixed(4); }
+  /* A number at 4 decimals; the package writes ±∞ (a masked score, the running max before any key) as
+     "inf" and "-inf", which JSON has no number for, and an undefined value (0 / 0) as null. */
+  function fmt(x) {
+    if (x === null) { return "undefined"; }
+    if (x === "inf" || x === "-inf") { return x === "inf" ? "∞" : "−∞"; }
+    return Number(x).toFixed(4);
+  }
 
   /* Background for a weight in [0, 1]: white to the book's blue; black or white text by the background's
      relative luminance, as attention_book.plotting.text_colour chooses (contrast 4.5:1 or more). */
@@ -213,8 +219,8 @@
     start(figure) {
       if (figure.dataset.started) { return; }
       figure.dataset.started = "1";
-      figure.querySelector(".ab-fallback").hidden = true;
       KINDS[figure.dataset.kind](figure);
+      figure.querySelector(".ab-fallback").hidden = true;  // only once the figure is drawn
     },
   };
 })();

@@ -10,6 +10,7 @@ from functools import partial
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from ..attention import validate_positive
 from ..decoder import Decoder, generate_steps
 from .benchmark import interleaved_medians, time_steps
 
@@ -44,16 +45,28 @@ def decode_step_work(model: Decoder, context: int, batch: int) -> dict:
 
     Every weight matrix is read once per step whatever the batch (embeddings: one row per sequence); the
     cache is read for every sequence. Each multiply-add of a weight is 2 FLOPs per sequence, and attention
-    adds q·k and p·v over the context: 4 · S · E per layer and sequence.
+    adds q·k and p·v over the context: 4 · S · E per layer and sequence. The cache holds
+    `cached_numbers` per position and layer: fewer with grouped-query or latent attention.
     """
+    validate_positive(batch=batch)
+    if isinstance(context, bool) or not isinstance(context, int) or context < 0:
+        raise ValueError(f"context must be a number of cached positions ≥ 0, got {context!r}")
     config = model.config
     embeddings = model.token_embedding.weight.numel() + model.position_embedding.weight.numel()
     weights = sum(p.numel() for p in model.parameters()) - embeddings  # read whole at every step
     element = next(model.parameters()).element_size()
-    cache = 2 * config.num_layers * batch * context * config.embed_dim  # keys and values of every layer
+    cache = config.num_layers * batch * context * cached_numbers(config)  # every layer's cache
     bytes_read = element * (weights + cache + 2 * batch * config.embed_dim)
     flops = 2 * batch * weights + 4 * config.num_layers * batch * context * config.embed_dim
     return {"bytes_per_step": bytes_read, "flops_per_step": flops}
+
+
+def cached_numbers(config) -> int:
+    """Numbers one layer caches per position and sequence: keys and values of the H_kv key/value heads,
+    2 · H_kv · E/H (2E without grouped queries), or one latent and one rope key, d_c + d_r (chapters 7 and 8)."""
+    if config.latent_dim is not None:
+        return config.latent_dim + config.rope_dim
+    return 2 * (config.num_kv_heads or config.num_heads) * (config.embed_dim // config.num_heads)
 
 
 def matmul_throughput(size: int = 1024, repeats: int = 5) -> float:

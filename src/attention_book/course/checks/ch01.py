@@ -6,49 +6,58 @@ import torch
 from .common import case_generator, CASES, Check, matches, shape_problem, sizes, value_problem
 
 
-def check_mix(mix_by_hand, seed: int = 0) -> str | None:
-    """Chapter 1: x (T, E) and a temperature -> softmax(X Xᵀ / temperature) X, (T, E)."""
+def check_stable_softmax(stable_softmax_by_hand, seed: int = 0) -> str | None:
+    """Chapter 1: scores s (R, S), some rows near +1000 and some near −1000 -> softmax over the last axis,
+    without overflow."""
     for case in range(CASES):
         gen = case_generator(seed, case)
-        T, E = sizes(gen, 2, 8)
-        x = torch.randn(T, E, generator=gen)
-        temperature = float(torch.rand(1, generator=gen)) * 3 + 0.5
-        got = mix_by_hand(x, temperature)
-        if problem := shape_problem(got, (T, E), "the mixed vectors"):
+        R, S = [m + 1 for m in sizes(gen, 2, 7)]
+        R += 1  # at least two rows: one far above the other
+        offsets = torch.randint(-1, 2, (R, 1), generator=gen).float() * 1000
+        offsets[0], offsets[1] = 1000.0, -1000.0
+        s = torch.randn(R, S, generator=gen) * 3 + offsets  # float32
+        got = stable_softmax_by_hand(s.clone())
+        if problem := shape_problem(got, (R, S), f"the weights for scores of shape {(R, S)}"):
             return problem
-        scores = x @ x.T  # (T, T)
-        expected = torch.softmax(scores / temperature, dim=-1) @ x
+        expected = torch.softmax(s, dim=-1)
         if matches(got, expected):
             continue
-        if matches(got, torch.softmax(scores, dim=-1) @ x):
-            return f"the scores are not divided by the temperature ({temperature:.2f}) before the softmax"
-        if matches(got, torch.softmax(scores / temperature, dim=0) @ x):
-            return "the softmax runs down the columns (dim 0): each word's weights, a row, must sum to 1 (dim -1)"
-        if matches(got, torch.softmax(scores / temperature, dim=-1)):
-            return "these are the weights (T, T): the mixed vectors are the weights times x"
-        return value_problem(got, expected, f"the mixed vectors for T={T}, E={E}, temperature "
-                             f"{temperature:.2f}: row") or "wrong mixed vectors"
+        if isinstance(got, torch.Tensor) and torch.isnan(got).any():
+            row = int(torch.isnan(got).any(dim=-1).nonzero()[0])
+            top = float(s[row].max())
+            if top > 88.7:
+                return (f"row {row} has NaN: its scores reach {top:.0f}, exp overflows float32 (above about 88.7) "
+                        f"to inf, and inf / inf is NaN; subtract each row's largest score before exp")
+            return (f"row {row} has NaN: its largest score, {top:.0f}, lies far below the tensor's largest, "
+                    f"{float(s.max()):.0f}, so after subtracting that every exp underflows to 0 and 0 / 0 is NaN; "
+                    f"subtract each row's own max (keepdim=True)")
+        if matches(got, torch.softmax(s, dim=0)):
+            return "the softmax runs down the columns (dim 0): each row of scores, the last axis, must sum to 1"
+        return value_problem(got, expected, f"the weights for scores of shape {(R, S)}: entry") or "wrong weights"
     return None
 
 
-def check_running_mean(running_mean_by_hand, seed: int = 0) -> str | None:
-    """Chapter 1: x (T, E) -> row t the mean of rows 0 … t, as one matrix product."""
+def check_embedding_grad(embedding_grad_by_hand, seed: int = 0) -> str | None:
+    """Chapter 1: ids (T,), the gradient with respect to the looked-up embeddings (T, d) and the vocabulary
+    size V -> the gradient with respect to the table, (V, d): row v sums the rows of the positions of v."""
     for case in range(CASES):
         gen = case_generator(seed, case)
-        T, E = [n + 1 for n in sizes(gen, 2, 8)]
-        x = torch.randn(T, E, generator=gen)
-        got = running_mean_by_hand(x)
-        lower = torch.ones(T, T).tril()  # (T, T)
-        expected = (lower / lower.sum(-1, keepdim=True)) @ x
+        V, d, T = [m + 1 for m in sizes(gen, 3, 7)]
+        ids = torch.randint(0, V, (T + 1,), generator=gen)
+        ids[-1] = ids[0]  # a token that occurs twice
+        grad_out = torch.randn(T + 1, d, generator=gen)
+        got = embedding_grad_by_hand(ids.clone(), grad_out.clone(), V)
+        if problem := shape_problem(got, (V, d), f"the table's gradient for V={V}, d={d}"):
+            return problem + " (one row per vocabulary entry)"
+        expected = torch.zeros(V, d).index_add_(0, ids, grad_out)
         if matches(got, expected):
             continue
-        if matches(got, lower @ x):
-            return "those are running sums: divide row t by the t + 1 rows it adds (each row of weights sums to 1)"
-        if matches(got, (lower.T / lower.T.sum(-1, keepdim=True)) @ x):
-            return "row t averages rows t … T − 1, the future: use the lower triangle (tril), not the upper"
-        if matches(got, x.mean(0, keepdim=True).expand(T, E)):
-            return "every row is the mean of all rows: row t may only average rows 0 … t"
-        return value_problem(got, expected, f"the running means for T={T}, E={E}: row") or "wrong running means"
+        repeated = int(ids[0])
+        where = (ids == repeated).nonzero().flatten().tolist()
+        if matches(got[repeated], grad_out[where[-1]]) or matches(got[repeated], grad_out[where[0]]):
+            return (f"token {repeated} occurs at positions {where}: its row must be the sum of their gradients, "
+                    f"yours keeps only one (an assignment grad[ids] = grad_out overwrites repeats; add them)")
+        return value_problem(got, expected, f"the table's gradient for ids {ids.tolist()}: row") or "wrong gradient"
     return None
 
 
@@ -68,10 +77,9 @@ def check_embed(embed_by_hand, seed: int = 0) -> str | None:
 
 CHECKS: dict[str, Check] = {
     "ch1.embed": Check(check_embed, "embed_by_hand",
-          forbidden=("torch.nn.functional.embedding",)),
-    "ch1.mix": Check(check_mix, "mix_by_hand",
-          forbidden=("torch.nn.functional.scaled_dot_product_attention",
-                     "attention_book.attention.scaled_dot_product_attention")),
-    "ch1.running_mean": Check(check_running_mean, "running_mean_by_hand",
-          forbidden=("torch.cumsum", "torch.Tensor.cumsum")),
+          forbidden=("torch.nn.functional.embedding", "torch.nn.functional.one_hot")),
+    "ch1.embedding_grad": Check(check_embedding_grad, "embedding_grad_by_hand",
+          forbidden=("torch.autograd.grad", "torch.autograd.backward")),
+    "ch1.stable_softmax": Check(check_stable_softmax, "stable_softmax_by_hand",
+          forbidden=("torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax")),
 }

@@ -5,56 +5,94 @@ import math
 
 import torch
 
-from ...attention import scaled_dot_product_attention
 from .common import case_generator, CASES, Check, matches, shape_problem, sizes, value_problem
 
 
-def check_attention(attention_by_hand, seed: int = 0) -> str | None:
-    """Chapter 2: softmax(Q Kᵀ / √d_k) V for q (T, d_k), k (S, d_k), v (S, d_v)."""
+def check_jacobian(softmax_jacobian_by_hand, seed: int = 0) -> str | None:
+    """Chapter 2: scores s (S,) -> the Jacobian of softmax at s, (S, S): diag(w) − w wᵀ with w = softmax(s)."""
     for case in range(CASES):
         gen = case_generator(seed, case)
-        T, S, d_k, d_v = sizes(gen, 4, 7)
-        q, k, v = torch.randn(T, d_k, generator=gen), torch.randn(S, d_k, generator=gen), torch.randn(S, d_v, generator=gen)
-        got = attention_by_hand(q, k, v)
-        if problem := shape_problem(got, (T, d_v), "the context vectors"):
-            return problem
-        expected, _ = scaled_dot_product_attention(q, k, v)
-        if torch.allclose(got, expected, atol=1e-5):
+        (S,) = [m + 1 for m in sizes(gen, 1, 8)]
+        s = torch.randn(S, generator=gen) * (float(torch.rand(1, generator=gen)) * 3 + 0.5)
+        got = softmax_jacobian_by_hand(s.clone())
+        if problem := shape_problem(got, (S, S), f"the Jacobian for S={S} scores"):
+            return problem + " (∂w_i/∂s_j for every i and j)"
+        expected = torch.autograd.functional.jacobian(lambda scores: torch.softmax(scores, dim=-1), s)
+        if matches(got, expected):
             continue
-        if torch.allclose(got, torch.softmax(q @ k.T, dim=-1) @ v, atol=1e-5):
-            return f"the scores are not scaled: divide Q Kᵀ by √d_k = {math.sqrt(d_k):.3f} before the softmax"
-        if S == T and torch.allclose(got, torch.softmax(q @ k.T / math.sqrt(d_k), dim=0) @ v, atol=1e-5):
-            return "the softmax runs over the queries (dim 0); each query's weights over the keys must sum to 1 (dim -1)"
-        row = int((got - expected).abs().sum(-1).argmax())
-        return f"query {row} gets {got[row].tolist()}, expected {expected[row].tolist()}"
+        w = torch.softmax(s, dim=-1)
+        if matches(got, -expected):
+            return "the sign is flipped: ∂w_i/∂s_i = w_i (1 − w_i) is positive, so diag(w) − w wᵀ, not w wᵀ − diag(w)"
+        if matches(got, torch.diag(s) - torch.outer(s, s)):
+            return "you put the scores into the formula: it takes the weights, w = softmax(s)"
+        if matches(got, torch.diag(w)):
+            return ("only the diagonal's first term: every weight also depends on the other scores through "
+                    "the softmax's denominator, which gives − w wᵀ")
+        return value_problem(got, expected, f"the Jacobian for S={S}: entry") or "wrong Jacobian"
     return None
 
 
-def check_saturation(saturation_by_hand, seed: int = 0) -> str | None:
-    """Chapter 2: queries (n, d_k) and keys (n, S, d_k), one query per row of keys -> (variance of the scaled
-    scores q·k / √d_k over all n·S of them, mean over the n queries of the largest softmax weight)."""
+def score_variance(W_q, W_k) -> float:
+    """Var(q·k / √d_k) for q = x W_q, k = y W_k and unit-variance inputs: ‖W_q W_kᵀ‖²_F / d_k."""
+    return ((W_q @ W_k.T).square().sum() / W_q.shape[1]).item()
+
+
+def check_score_variance(score_variance_by_hand, seed: int = 0) -> str | None:
+    """Chapter 2: W_q, W_k (E, d_k) -> the exact Var(q·k / √d_k) for independent unit-variance inputs."""
     for case in range(CASES):
         gen = case_generator(seed, case)
-        n, S, d_k = [m + 1 for m in sizes(gen, 3, 9)]
-        scale = float(torch.rand(1, generator=gen)) * 2 + 0.5
-        q, k = torch.randn(n, d_k, generator=gen) * scale, torch.randn(n, S, d_k, generator=gen)
-        got = saturation_by_hand(q, k)
-        if not isinstance(got, tuple | list) or len(got) != 2:
-            return "return two numbers: (variance of the scaled scores, mean largest weight)"
-        variance, largest = (float(value) for value in got)
-        scores = (k @ q[:, :, None]).squeeze(-1)  # (n, S): q_i · k_ij
-        expected_var = (scores / math.sqrt(d_k)).var().item()
-        expected_max = torch.softmax(scores / math.sqrt(d_k), dim=-1).max(-1).values.mean().item()
-        if math.isclose(variance, scores.var().item(), rel_tol=1e-4) and d_k > 1:
-            return f"that is the variance of the unscaled scores: divide them by √d_k = {math.sqrt(d_k):.3f} first"
-        if not math.isclose(variance, expected_var, rel_tol=1e-4, abs_tol=1e-6):
-            return f"for n={n}, S={S}, d_k={d_k} the variance of the scaled scores is {expected_var:.4f}, yours is " \
-                   f"{variance:.4f}"
-        if math.isclose(largest, torch.softmax(scores / math.sqrt(d_k), dim=0).max(-1).values.mean().item(),
-                        rel_tol=1e-4) and not math.isclose(largest, expected_max, rel_tol=1e-4):
-            return "the softmax runs over the queries (dim 0): each query's weights over its S keys must sum to 1"
-        if not math.isclose(largest, expected_max, rel_tol=1e-4, abs_tol=1e-6):
-            return f"for n={n}, S={S}, d_k={d_k} the mean largest weight is {expected_max:.4f}, yours is {largest:.4f}"
+        E, d_k = [m + 1 for m in sizes(gen, 2, 8)]
+        shift = float(torch.rand(1, generator=gen))  # a mean: correlated components, as with torch.rand
+        W_q = torch.randn(E, d_k, generator=gen) + shift
+        W_k = torch.randn(E, d_k, generator=gen) + shift
+        try:
+            got = float(score_variance_by_hand(W_q.clone(), W_k.clone()))
+        except (TypeError, ValueError, RuntimeError):
+            return "return one number, the variance (a float or a 0-dimensional tensor)"
+        expected = score_variance(W_q, W_k)
+        if math.isclose(got, expected, rel_tol=1e-4):
+            continue
+        if math.isclose(got, expected * d_k, rel_tol=1e-4):
+            return f"that is Var(q·k): the scaled scores q·k / √d_k have d_k = {d_k} times less"
+        idealised = W_q.square().sum().item() * W_k.square().sum().item() / d_k**2
+        if math.isclose(got, idealised, rel_tol=1e-4):
+            return ("that is σ_q²σ_k², exact only when the components of q (and of k) are uncorrelated with "
+                    "equal variances; these are not: sum the squares of W_q W_kᵀ instead")
+        if math.isclose(got, (W_q.T @ W_k).square().sum().item() / d_k, rel_tol=1e-4):
+            return ("W_qᵀ W_k (d_k × d_k) is the wrong product: q·k = x W_q W_kᵀ yᵀ, so the matrix between "
+                    "x and y is W_q W_kᵀ (E × E)")
+        return (f"for E={E}, d_k={d_k} the variance is {expected:.4f}, yours is {got:.4f} (an estimate from "
+                f"samples is off by its sampling error: compute it from the weights)")
+    return None
+
+
+def check_linear_port(linear_state_dict, seed: int = 0) -> str | None:
+    """Chapter 2: weights (d_in, d_out) used as x @ W -> a state dict for three nn.Linear(d_in, d_out,
+    bias=False) named q_proj, k_proj and v_proj that compute the same projections."""
+    for case in range(CASES):
+        gen = case_generator(seed, case)
+        d_in, d_k, d_v = [m + 1 for m in sizes(gen, 3, 7)]
+        weights = {"q_proj": torch.randn(d_in, d_k, generator=gen), "k_proj": torch.randn(d_in, d_k, generator=gen),
+                   "v_proj": torch.randn(d_in, d_v, generator=gen)}
+        got = linear_state_dict(*(w.clone() for w in weights.values()))
+        expected_keys = [f"{name}.weight" for name in weights]
+        if not isinstance(got, dict) or sorted(got) != sorted(expected_keys):
+            keys = sorted(got) if isinstance(got, dict) else type(got).__name__
+            return f"return a dict with the keys {expected_keys} (a module's state dict), yours has {keys}"
+        x = torch.randn(3, d_in, generator=gen)
+        for name, W in weights.items():
+            weight = got[f"{name}.weight"]
+            d_out = W.shape[1]
+            if tuple(getattr(weight, "shape", ())) != (d_out, d_in):
+                flipped = " nn.Linear keeps (out, in): store W transposed" if tuple(weight.shape) == (d_in, d_out) else ""
+                return (f"{name}.weight should have nn.Linear's shape (d_out, d_in) = {(d_out, d_in)}, "
+                        f"yours has {tuple(weight.shape)};{flipped}")
+            if matches(x @ weight.T, x @ W):
+                continue
+            if matches(weight, W):
+                return f"{name}.weight is W itself: nn.Linear computes x Wᵀ with its weight, so store W transposed"
+            return value_problem(x @ weight.T, x @ W, f"{name}(x) for d_in={d_in}, d_out={d_out}: entry") or \
+                f"{name} computes another projection than x @ W"
     return None
 
 
@@ -88,10 +126,12 @@ def check_additive(additive_scores_by_hand, seed: int = 0) -> str | None:
 
 
 CHECKS: dict[str, Check] = {
-    "ch2.attention": Check(check_attention, "attention_by_hand",
-          forbidden=("attention_book.attention.scaled_dot_product_attention", "torch.nn.functional.scaled_dot_product_attention")),
-    "ch2.saturation": Check(check_saturation, "saturation_by_hand",
-          forbidden=()),  # the package's demos draw their own queries and keys: nothing computes this answer
+    "ch2.jacobian": Check(check_jacobian, "softmax_jacobian_by_hand",
+          forbidden=("torch.autograd.functional.jacobian", "torch.func.jacrev", "torch.func.jacfwd")),
+    "ch2.score_variance": Check(check_score_variance, "score_variance_by_hand",
+          forbidden=()),  # nothing in the package or the libraries computes it
+    "ch2.linear_port": Check(check_linear_port, "linear_state_dict",
+          forbidden=()),  # the answer is a layout: no library function to switch off
     "ch2.additive": Check(check_additive, "additive_scores_by_hand",
           forbidden=("keras.layers.AdditiveAttention",)),
 }

@@ -6,22 +6,6 @@ import torch
 from .common import boolean_problem, case_generator, CASES, Check, matches, shape_problem, sizes, value_problem
 
 
-def check_split_heads(split_heads_by_hand, seed: int = 0) -> str | None:
-    """Chapter 3: (B, T, E) -> (B, H, T, E/H), head h holding columns h·E/H to (h+1)·E/H − 1."""
-    for case in range(CASES):
-        gen = case_generator(seed, case)
-        B, T, H, d = sizes(gen, 4, 5)
-        x = torch.randn(B, T, H * d, generator=gen)
-        got = split_heads_by_hand(x, H)
-        if problem := shape_problem(got, (B, H, T, d), f"splitting (B, T, E) = {tuple(x.shape)} into {H} heads"):
-            return problem
-        expected = x.view(B, T, H, d).transpose(1, 2)
-        if not torch.equal(got, expected):
-            return (f"head 1 of position 0 should hold columns {d}..{2 * d - 1} of x, i.e. x[0, 0, {d}:{2 * d}]; "
-                    f"reshape to (B, T, H, E/H) first, then swap T and H")
-    return None
-
-
 def check_mha_forward(batched_mha_by_hand, seed: int = 0) -> str | None:
     """Chapter 3: x (B, T, E) and an nn.MultiheadAttention's parameters -> its output (B, T, E)."""
     for case in range(CASES):
@@ -87,13 +71,87 @@ def check_mask_to_sdpa(mask_to_sdpa, seed: int = 0) -> str | None:
     return None
 
 
+def check_ablate_heads(ablate_heads_by_hand, seed: int = 0) -> str | None:
+    """Chapter 3: W^O in nn.Linear's layout (E, H·d) and keep (H,) bool -> a copy with the columns of every
+    head not kept set to zero."""
+    for case in range(CASES):
+        gen = case_generator(seed, case)
+        E, d = sizes(gen, 2, 6)
+        H = int(torch.randint(2, 5, (1,), generator=gen))
+        weight = torch.randn(E, H * d, generator=gen)
+        keep = torch.rand(H, generator=gen) < 0.5
+        keep[int(torch.randint(0, H, (1,), generator=gen))] = False  # at least one head goes
+        original = weight.clone()
+        got = ablate_heads_by_hand(weight, keep.clone())
+        if not torch.equal(weight, original):
+            return "your function changed out_proj_weight in place: return a modified copy (the model keeps its own)"
+        if problem := shape_problem(got, (E, H * d), f"the ablated weight for E={E}, H={H}, d={d}"):
+            return problem
+        columns = keep.repeat_interleave(d).float()  # (H·d,)
+        expected = original * columns
+        if matches(got, expected):
+            continue
+        if matches(got, original * (1 - columns)):
+            return "you zeroed the heads to keep: keep[h] True means head h stays, False that its block goes"
+        if matches(got, original * keep.repeat(d).float()):
+            return (f"head h's columns are contiguous, h·d … (h+1)·d − 1 (here d = {d}): repeat each flag d times "
+                    f"with repeat_interleave, not repeat")
+        if E == H * d and matches(got, original * columns[:, None]):
+            return "you zeroed rows: nn.Linear's weight is (d_out, d_in), and head h's block is its columns"
+        return value_problem(got, expected, f"the ablated weight for keep={keep.tolist()}, d={d}: entry") or \
+            "wrong ablated weight"
+    return None
+
+
+def grouped_attention(q, k, v, interleave: bool = True, scale: bool = True):
+    """Grouped-query attention without a mask, and the variants of the usual mistakes."""
+    group = q.shape[-3] // k.shape[-3]
+    if interleave:
+        k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
+    else:
+        k, v = k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1)
+    scores = q @ k.transpose(-2, -1) / (q.shape[-1] ** 0.5 if scale else 1.0)
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def check_mqa(grouped_attention_by_hand, seed: int = 0) -> str | None:
+    """Chapter 3: q (B, H, T, d), k and v (B, H_kv, S, d) -> grouped-query attention's context (B, H, T, d);
+    query head h uses key/value head h // (H / H_kv)."""
+    for case in range(CASES):
+        gen = case_generator(seed, case)
+        B, T, S, d = sizes(gen, 4, 5)
+        kv_heads = int(torch.randint(1, 4, (1,), generator=gen)) if case % 2 else 2
+        group = int(torch.randint(2, 4, (1,), generator=gen))
+        H = kv_heads * group
+        q = torch.randn(B, H, T, d, generator=gen)
+        k, v = torch.randn(B, kv_heads, S, d, generator=gen), torch.randn(B, kv_heads, S, d, generator=gen)
+        got = grouped_attention_by_hand(q.clone(), k.clone(), v.clone())
+        if problem := shape_problem(got, (B, H, T, d), f"the context for H={H} query and H_kv={kv_heads} "
+                                    f"key/value heads"):
+            return problem
+        expected = grouped_attention(q, k, v)
+        if matches(got, expected):
+            continue
+        if kv_heads > 1 and matches(got, grouped_attention(q, k, v, interleave=False)):
+            return (f"query head 1 used key/value head 1, but with H/H_kv = {group} query heads per group it "
+                    f"belongs to head 1 // {group} = 0: consecutive query heads share one, so repeat_interleave, "
+                    f"not repeat")
+        if matches(got, grouped_attention(q, k, v, scale=False)):
+            return f"the scores are not scaled: divide q kᵀ by √d = √{d}"
+        return value_problem(got, expected, f"the context for H={H}, H_kv={kv_heads}: entry") or "wrong context"
+    return None
+
+
 CHECKS: dict[str, Check] = {
-    "ch3.split_heads": Check(check_split_heads, "split_heads_by_hand",
-          forbidden=("attention_book.multihead.MultiHeadAttention.split_heads",)),
     "ch3.mha_forward": Check(check_mha_forward, "batched_mha_by_hand",
           forbidden=("torch.nn.functional.multi_head_attention_forward",
                      "torch.nn.functional.scaled_dot_product_attention",
                      "attention_book.multihead.MultiHeadAttention.forward")),
     "ch3.mask_to_sdpa": Check(check_mask_to_sdpa, "mask_to_sdpa",
           forbidden=("attention_book.multihead.mask_from_torch",)),
+    "ch3.ablate_heads": Check(check_ablate_heads, "ablate_heads_by_hand",
+          forbidden=()),  # a slice of a weight: no library function does it
+    "ch3.mqa": Check(check_mqa, "grouped_attention_by_hand",
+          forbidden=("torch.nn.functional.scaled_dot_product_attention",
+                     "attention_book.multihead.grouped_attention")),
 }

@@ -1,32 +1,12 @@
 """Checks of chapter 5's graded exercises (causal attention); the registry entries at the end name each
 exercise, the function its solution cell defines and what it may not call (see `..checks`)."""
 
-import math
-
 import numpy as np
 import torch
 
 from ...attention import scaled_dot_product_attention
 from ...causal import causal_mask
 from .common import boolean_problem, case_generator, CASES, Check, matches, shape_problem, sizes, value_problem
-
-
-def check_causal_mask(causal_mask_by_hand, seed: int = 0) -> str | None:
-    """Chapter 5: boolean (T, T), True where query i may attend to key j, that is j <= i."""
-    for T in range(1, CASES + 1):
-        got = causal_mask_by_hand(T)
-        if problem := shape_problem(got, (T, T), f"the mask for T={T}"):
-            return problem
-        if problem := boolean_problem(got):
-            return problem
-        expected = causal_mask(T)
-        wrong = torch.nonzero(got != expected).tolist()
-        if wrong:
-            i, j = wrong[0]
-            if got[i, j]:
-                return f"your causal mask lets position {i} see position {j}, which comes after it"
-            return f"your causal mask stops position {i} from seeing position {j}" + (" (itself)" if i == j else "")
-    return None
 
 
 def check_offset_causal_mask(causal_mask_by_hand, seed: int = 0) -> str | None:
@@ -53,31 +33,99 @@ def check_offset_causal_mask(causal_mask_by_hand, seed: int = 0) -> str | None:
     return None
 
 
-def check_causal_attention(causal_attention_by_hand, seed: int = 0) -> str | None:
-    """Chapter 5: q, k (T, d_k), v (T, d_v) -> (T, d_v), each position attending to itself and earlier ones."""
+def check_padded_causal_mask(padded_causal_mask_by_hand, seed: int = 0) -> str | None:
+    """Chapter 5: lengths (B,), T and left_padded -> boolean (B, T, T), True where query i may see key j:
+    j <= i and key j is a real token (right padding: j < length; left padding: j >= T - length)."""
     for case in range(CASES):
         gen = case_generator(seed, case)
-        T, d_k, d_v = sizes(gen, 3, 7)
-        T += 1  # at least two positions: with one, every mask agrees
-        q, k, v = torch.randn(T, d_k, generator=gen), torch.randn(T, d_k, generator=gen), torch.randn(T, d_v, generator=gen)
-        got = causal_attention_by_hand(q, k, v)
-        expected, weights = scaled_dot_product_attention(q, k, v, causal_mask(T))
+        T = int(torch.randint(2, 8, (1,), generator=gen))
+        lengths = torch.randint(1, T + 1, (int(torch.randint(1, 4, (1,), generator=gen)),), generator=gen)
+        lengths[0] = max(1, T - 2)  # some padding in every batch
+        left = bool(case % 2)
+        got = padded_causal_mask_by_hand(lengths, T, left)
+        if problem := shape_problem(got, (len(lengths), T, T), "the mask"):
+            return problem + " (B, T, T): one causal mask per sequence"
+        if problem := boolean_problem(got):
+            return problem
+        positions = torch.arange(T)
+        real = positions >= T - lengths[:, None] if left else positions < lengths[:, None]  # (B, S)
+        expected = causal_mask(T) & real[:, None, :]  # (B, T, T)
+        if torch.equal(got, expected):
+            continue
+        side = "left" if left else "right"
+        other = positions < lengths[:, None] if left else positions >= T - lengths[:, None]
+        if torch.equal(got, causal_mask(T) & other[:, None, :]):
+            return f"with {side} padding the padding sits at the {side}: real tokens are the last `length` " \
+                f"positions" if left else "with right padding the real tokens are the first `length` positions"
+        b, i, j = torch.nonzero(got != expected).tolist()[0]
+        if got[b, i, j] and j > i:
+            return f"sequence {b}: query {i} may see key {j}, which comes after it"
+        if got[b, i, j]:
+            return (f"sequence {b} has length {int(lengths[b])}, {side}-padded: key {j} is padding and must be "
+                    f"blocked for every query")
+        return f"sequence {b} ({side}-padded, length {int(lengths[b])}): query {i} must see key {j}"
+    return None
+
+
+def check_prefix_by_hand(sequential_attention_by_hand, seed: int = 0) -> str | None:
+    """Chapter 5: causal attention computed prefix by prefix, without a mask: position t's output from
+    x[: t + 1] alone -> (T, d_v), equal to the masked parallel pass."""
+    for case in range(CASES):
+        gen = case_generator(seed, case)
+        T, E, d_k, d_v = sizes(gen, 4, 6)
+        T += 1
+        x = torch.randn(T, E, generator=gen)
+        W_q, W_k, W_v = (torch.randn(E, d, generator=gen) for d in (d_k, d_k, d_v))
+        got = sequential_attention_by_hand(x, W_q, W_k, W_v)
+        q, k, v = x @ W_q, x @ W_k, x @ W_v
+        expected, _ = scaled_dot_product_attention(q, k, v, causal_mask(T))
         if matches(got, expected):
             continue
-        full = torch.softmax(q @ k.T / math.sqrt(d_k), dim=-1)
-        if matches(got, (full * causal_mask(T)) @ v):
-            return "you masked after the softmax: each row's weights no longer sum to 1; set blocked scores to -inf before it"
-        if matches(got, full @ v):
-            return "nothing is masked: position 0 sees every later position"
-        return value_problem(got, expected, f"the output for T={T}: row") or "wrong output"
+        if matches(got, scaled_dot_product_attention(q, k, v)[0]):
+            return "position 0 attended to every position: its output must come from x[:1] alone"
+        if matches(got, scaled_dot_product_attention(q, k, v, causal_mask(T) & ~torch.eye(T, dtype=torch.bool))[0]):
+            return "each position must see itself too: the prefix x[: t + 1] ends at t"
+        return value_problem(got, expected, f"with T={T}, the output") or "wrong output"
+    return None
+
+
+def check_packed_mask(packed_mask_by_hand, seed: int = 0) -> str | None:
+    """Chapter 5: document ids (T,) of sequences packed one after another -> boolean (T, T), True where
+    query i may see key j: the same document and j <= i."""
+    for case in range(CASES):
+        gen = case_generator(seed, case)
+        T = int(torch.randint(3, 10, (1,), generator=gen))
+        starts = torch.rand(T, generator=gen) < 0.35
+        starts[0] = False
+        if case == 0 or not starts.any():
+            starts[T // 2] = True  # at least two documents
+        document = starts.cumsum(0)  # (T,) 0, 0, 1, 1, 1, 2, …
+        got = packed_mask_by_hand(document)
+        if problem := shape_problem(got, (T, T), "the mask"):
+            return problem
+        if problem := boolean_problem(got):
+            return problem
+        same = document[:, None] == document[None, :]  # (T, T)
+        expected = causal_mask(T) & same
+        if torch.equal(got, expected):
+            continue
+        i, j = torch.nonzero(got != expected).tolist()[0]
+        if got[i, j] and j > i:
+            return f"documents {document.tolist()}: query {i} may see key {j}, which comes after it"
+        if got[i, j]:
+            return (f"documents {document.tolist()}: query {i} (document {int(document[i])}) may see key {j} of "
+                    f"document {int(document[j])}; a document must not see the one packed before it")
+        return f"documents {document.tolist()}: query {i} must see key {j}, earlier in its own document"
     return None
 
 
 CHECKS: dict[str, Check] = {
-    "ch5.causal_mask": Check(check_causal_mask, "causal_mask_by_hand",
-          forbidden=("attention_book.causal.causal_mask", "torch.nn.Transformer.generate_square_subsequent_mask")),
     "ch5.offset_causal_mask": Check(check_offset_causal_mask, "offset_causal_mask_by_hand",
           forbidden=("attention_book.causal.causal_mask", "attention_book.causal.position_mask")),
-    "ch5.causal_attention": Check(check_causal_attention, "causal_attention_by_hand",
-          forbidden=("attention_book.attention.scaled_dot_product_attention", "torch.nn.functional.scaled_dot_product_attention")),
+    "ch5.padded_causal_mask": Check(check_padded_causal_mask, "padded_causal_mask_by_hand",
+          forbidden=("attention_book.causal.causal_mask", "attention_book.causal.position_mask")),
+    "ch5.prefix_by_hand": Check(check_prefix_by_hand, "sequential_attention_by_hand",
+          forbidden=("attention_book.causal.causal_mask",)),
+    "ch5.packed_mask": Check(check_packed_mask, "packed_mask_by_hand",
+          forbidden=("attention_book.causal.causal_mask", "attention_book.causal.position_mask")),
 }

@@ -3,79 +3,174 @@ exercise, the function its solution cell defines and what it may not call (see `
 
 import numpy as np
 
+from ...keras_decoder import (
+    KerasDecoderConfig,
+    attend,
+    decoder_forward,
+    keras_weight_map,
+    load_trained_weights,
+    project,
+    softmax,
+)
 from .common import CASES, Check, shape_problem
 
+OPTIMIZER_NOISE = {"optimizer/vars/0": np.array(3.0), "optimizer/vars/1": np.array(0.001)}
 
-def check_keras_projection(keras_projection, seed: int = 0) -> str | None:
-    """Chapter 6: x (B, T, E) · kernel (E, H, d_k) + bias (H, d_k) -> (B, H, T, d_k)."""
+
+def random_decoder(rng, config: KerasDecoderConfig):
+    """Random arrays for the chapter's decoder: (our names -> arrays, h5 dataset paths -> arrays)."""
+    named, datasets = {}, dict(OPTIMIZER_NOISE)
+    for name, (path, shape) in keras_weight_map(config).items():
+        named[name] = datasets[path] = rng.normal(size=shape)
+    return named, datasets
+
+
+def random_config(rng) -> KerasDecoderConfig:
+    V, E, H, K = (int(n) for n in rng.integers(2, 6, size=4))
+    return KerasDecoderConfig(vocab_size=V, embed_dim=E, num_heads=H, key_dim=K)
+
+
+def attention_layer(w: dict, x: np.ndarray, causal: bool = True, scaled: bool = True) -> np.ndarray:
+    """One Keras MultiHeadAttention on x (B, T, E) from our named arrays; `causal` and `scaled` off
+    reproduce the usual mistakes."""
+    q = project(x, w["query_kernel"], w["query_bias"])  # (B, H, T, d_k)
+    k = project(x, w["key_kernel"], w["key_bias"])
+    v = project(x, w["value_kernel"], w["value_bias"])
+    if causal and scaled:
+        context = attend(q, k, v)
+    else:
+        scores = np.einsum("bhtk,bhsk->bhts", q, k) / (np.sqrt(q.shape[-1]) if scaled else 1.0)
+        if causal:
+            T = scores.shape[-1]
+            scores = np.where(np.tril(np.ones((T, T))) == 1, scores, -np.inf)
+        context = np.einsum("bhts,bhsk->bhtk", softmax(scores), v)
+    return np.einsum("bhtk,hke->bte", context, w["output_kernel"]) + w["output_bias"]  # (B, T, E)
+
+
+def read_out(w: dict, x: np.ndarray) -> np.ndarray:
+    return softmax(x @ w["dense_kernel"] + w["dense_bias"])  # (B, T, V)
+
+
+def forward_problem(got, w: dict, tokens: np.ndarray, expected: np.ndarray) -> str | None:
+    """None if `got` is the decoder's output; else what went wrong, diagnosed."""
+    got = np.asarray(got)
+    if problem := shape_problem(got, expected.shape, "the probabilities"):
+        return problem + " (B, T, V)"
+    if np.allclose(got, expected, atol=1e-6):
+        return None
+    x = w["embedding"][tokens]
+    if np.allclose(got, read_out(w, attention_layer(w, x, causal=False)), atol=1e-6):
+        return "position 0 attends to later tokens: the decoder is causal (use_causal_mask=True)"
+    if np.allclose(got, read_out(w, attention_layer(w, x, scaled=False)), atol=1e-6):
+        return "the scores are not divided by √d_k (Keras's key_dim)"
+    wrong = np.argwhere(~np.isclose(got, expected, atol=1e-6))[0]
+    return f"probabilities{list(int(i) for i in wrong)} are {got[tuple(wrong)]:.4f}, " \
+           f"expected {expected[tuple(wrong)]:.4f}"
+
+
+def check_forward_from_h5(forward_from_h5, seed: int = 0) -> str | None:
+    """Chapter 6: the datasets of a `.weights.h5` file {path: array} and tokens (B, T) -> the decoder's
+    probabilities (B, T, V), the embedding, one causal MultiHeadAttention and the softmax Dense layer."""
     rng = np.random.default_rng([seed, 6])
     for _ in range(CASES):
-        B, T, E, H, K = rng.integers(1, 5, size=5)
-        x, kernel, bias = rng.normal(size=(B, T, E)), rng.normal(size=(E, H, K)), rng.normal(size=(H, K))
-        got = np.asarray(keras_projection(x, kernel, bias))
-        expected = np.einsum("bte,ehk->bhtk", x, kernel) + bias[:, None, :]
-        if got.shape == (B, T, H, K) and (B, T, H, K) != (B, H, T, K):
-            return f"your result is laid out (B, T, H, d_k) = {got.shape}; the heads come before the positions: (B, H, T, d_k)"
-        if problem := shape_problem(got, expected.shape, "the projection"):
-            return problem
-        if np.allclose(got, expected - bias[:, None, :]):
-            return "the bias is missing: add bias (H, d_k) to every position of every head"
-        if not np.allclose(got, expected):
-            return f"the values differ from x · kernel + bias (largest difference {np.abs(got - expected).max():.3g})"
+        config = random_config(rng)
+        named, datasets = random_decoder(rng, config)
+        B, T = (int(n) for n in rng.integers(1, 5, size=2))
+        tokens = rng.integers(0, config.vocab_size, size=(B, T + 1))
+        got = forward_from_h5(dict(datasets), tokens.copy())
+        if problem := forward_problem(got, named, tokens, decoder_forward(named, tokens)):
+            return f"with E={config.embed_dim}, H={config.num_heads}, d_k={config.key_dim}: {problem}"
     return None
 
 
-def check_keras_output(keras_output, seed: int = 0) -> str | None:
-    """Chapter 6: context (B, H, T, d_k) · output kernel (H, d_k, E) + bias (E,) -> (B, T, E)."""
+def greedy_reference(weights: dict, prompt: list, steps: int) -> list:
+    tokens = list(prompt)
+    for _ in range(steps):
+        probabilities = decoder_forward(weights, np.array([tokens]))  # (1, t, V)
+        tokens.append(int(probabilities[0, -1].argmax()))
+    return tokens
+
+
+def check_generate(generate_by_hand, seed: int = 0) -> str | None:
+    """Chapter 6: greedy generation with the decoder's weights {name: array}: prompt (list of ids) and a
+    number of steps -> the prompt and the generated ids, a list. The stored decoder must write 今天天气真好
+    from 今."""
     rng = np.random.default_rng([seed, 16])
-    for _ in range(CASES):
-        B, H, T, K, E = (int(n) for n in rng.integers(1, 5, size=5))
-        context, kernel, bias = rng.normal(size=(B, H, T, K)), rng.normal(size=(H, K, E)), rng.normal(size=E)
-        got = np.asarray(keras_output(context, kernel, bias))
-        expected = np.einsum("bhtk,hke->bte", context, kernel) + bias
-        if H > 1 and got.shape == (B, H, T, E):
-            return f"your result keeps the head axis, {got.shape}: the output projection sums over the heads too"
-        if problem := shape_problem(got, expected.shape, "the output"):
-            return problem
-        if np.allclose(got, expected - bias):
-            return "the bias is missing: add the output bias (E,) to every position"
-        if not np.allclose(got, expected):
-            return f"the values differ from Σ over heads and d_k of context · kernel (largest difference " \
-                   f"{np.abs(got - expected).max():.3g})"
+    trained = load_trained_weights()
+    cases = [(trained, [1], 5)]
+    for _ in range(CASES - 1):
+        config = random_config(rng)
+        named, _ = random_decoder(rng, config)
+        prompt = [int(t) for t in rng.integers(0, config.vocab_size, size=int(rng.integers(1, 4)))]
+        cases.append((named, prompt, int(rng.integers(1, 6))))
+    for weights, prompt, steps in cases:
+        got = generate_by_hand(dict(weights), list(prompt), steps)
+        expected = greedy_reference(weights, prompt, steps)
+        try:
+            got = [int(t) for t in np.asarray(got).reshape(-1)]
+        except (TypeError, ValueError):
+            return "return a list of token ids: the prompt, then the generated tokens"
+        if got == expected:
+            continue
+        if len(got) == steps:
+            return f"return the prompt {prompt} too, then the {steps} new tokens"
+        if len(got) != len(expected):
+            return f"prompt {prompt} and {steps} steps: expected {len(expected)} ids, yours has {len(got)}"
+        first = next(i for i, (a, b) in enumerate(zip(got, expected, strict=True)) if a != b)
+        position_0 = [prompt[0]] + [int(decoder_forward(weights, np.array([prompt[:1]]))[0, -1].argmax())] * steps
+        if got[:len(prompt) + 1] == position_0[:len(prompt) + 1] and len(prompt) > 1:
+            return "each step must read the probabilities at the last position (the newest token), not position 0"
+        if weights is trained:
+            return f"from 今 the stored decoder writes 今天天气真好 {expected}; yours gives {got}"
+        return f"prompt {prompt}: token {first} should be {expected[first]}, yours is {got[first]} (greedy: the " \
+               "argmax of the last position's probabilities, appended, then the whole sequence again)"
     return None
 
 
-def check_kernel_to_linear(kernel_to_linear, seed: int = 0) -> str | None:
-    """Chapter 6: a Keras kernel (E, H, d_k) and bias (H, d_k) -> nn.Linear's weight (H·d_k, E) and bias (H·d_k,)."""
+TWO_LAYER = "layers/multi_head_attention_1"
+
+
+def check_two_layers(two_layer_forward, seed: int = 0) -> str | None:
+    """Chapter 6: a model Embedding -> MultiHeadAttention -> MultiHeadAttention -> Dense(softmax), both
+    attentions causal, from its `.weights.h5` datasets; Keras names the second attention's group
+    `multi_head_attention_1`."""
     rng = np.random.default_rng([seed, 26])
     for _ in range(CASES):
-        E, H, K = (int(n) for n in rng.integers(1, 6, size=3))
-        kernel, bias = rng.normal(size=(E, H, K)), rng.normal(size=(H, K))
-        got = kernel_to_linear(kernel, bias)
-        if not isinstance(got, (tuple, list)) or len(got) != 2:
-            return "return two arrays: (weight, bias)"
-        weight, new_bias = (np.asarray(g) for g in got)
-        expected = kernel.reshape(E, H * K).T
-        if weight.shape == (E, H * K) and E != H * K:
-            return f"nn.Linear keeps its weight as (out, in) = ({H * K}, {E}): transpose the flattened kernel"
-        if problem := shape_problem(weight, expected.shape, "the weight"):
-            return problem
-        if E > 1 and H * K > 1 and np.allclose(weight, kernel.reshape(H * K, E)):
-            return "a reshape to (H·d_k, E) mixes up the axes: flatten (E, H, d_k) to (E, H·d_k), then transpose"
-        if not np.allclose(weight, expected):
-            return f"weight row h·d_k + k should be kernel[:, h, k] (E={E}, H={H}, d_k={K})"
-        if problem := shape_problem(new_bias, (H * K,), "the bias"):
-            return problem
-        if not np.allclose(new_bias, bias.reshape(-1)):
-            return "bias entry h·d_k + k should be bias[h, k]"
+        config = random_config(rng)
+        first, datasets = random_decoder(rng, config)
+        second = {}
+        for name, (path, shape) in keras_weight_map(config).items():
+            if path.startswith("layers/multi_head_attention/"):
+                second[name] = datasets[path.replace("layers/multi_head_attention", TWO_LAYER)] = rng.normal(
+                    size=shape)
+        B, T = (int(n) for n in rng.integers(1, 4, size=2))
+        tokens = rng.integers(0, config.vocab_size, size=(B, T + 1))
+        x = first["embedding"][tokens]
+        expected = read_out(first, attention_layer(second, attention_layer(first, x)))
+        got = np.asarray(two_layer_forward(dict(datasets), tokens.copy()))
+        if problem := shape_problem(got, expected.shape, "the probabilities"):
+            return problem + " (B, T, V)"
+        if np.allclose(got, expected, atol=1e-6):
+            continue
+        if np.allclose(got, read_out(first, attention_layer(first, attention_layer(first, x))), atol=1e-6):
+            return f"both attention layers used the arrays of layers/multi_head_attention; the second is " \
+                   f"{TWO_LAYER} (Keras numbers a class's second layer _1)"
+        if np.allclose(got, read_out(first, attention_layer(second, attention_layer(second, x))), atol=1e-6):
+            return f"both attention layers used {TWO_LAYER}; the first is layers/multi_head_attention"
+        if np.allclose(got, read_out(first, attention_layer(first, attention_layer(second, x))), atol=1e-6):
+            return f"the layers are in the wrong order: {TWO_LAYER} is the second attention, applied after the first"
+        wrong = np.argwhere(~np.isclose(got, expected, atol=1e-6))[0]
+        return f"probabilities{list(int(i) for i in wrong)} are {got[tuple(wrong)]:.4f}, " \
+               f"expected {expected[tuple(wrong)]:.4f}"
     return None
 
 
 CHECKS: dict[str, Check] = {
-    "ch6.keras_projection": Check(check_keras_projection, "keras_projection",
-          forbidden=("attention_book.keras_decoder.project",)),
-    "ch6.keras_output": Check(check_keras_output, "keras_output",
+    "ch6.forward_from_h5": Check(check_forward_from_h5, "forward_from_h5",
+          forbidden=("attention_book.keras_decoder.decoder_forward", "attention_book.keras_decoder.attend",
+                     "attention_book.keras_decoder.project")),
+    "ch6.generate": Check(check_generate, "generate_by_hand",
           forbidden=()),
-    "ch6.kernel_to_linear": Check(check_kernel_to_linear, "kernel_to_linear",
-          forbidden=("attention_book.multihead.keras_attention_map",)),
+    "ch6.two_layers": Check(check_two_layers, "two_layer_forward",
+          forbidden=("attention_book.keras_decoder.decoder_forward", "attention_book.keras_decoder.attend")),
 }

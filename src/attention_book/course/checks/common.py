@@ -48,13 +48,27 @@ def sizes(gen: torch.Generator, count: int, high: int) -> list[int]:
 
 
 def boolean_problem(mask) -> str | None:
+    if not isinstance(mask, torch.Tensor):
+        return f"the mask should be a boolean torch.Tensor (True = may attend), yours is {kind_of(mask)}"
     if mask.dtype != torch.bool:
         return f"the mask should be boolean (True = may attend), yours has dtype {mask.dtype}"
     return None
 
 
+def kind_of(value) -> str:
+    """What a student's answer is, in words: "None", "a list", "a tuple", "a numpy.ndarray of dtype bool"."""
+    if value is None:
+        return "None"
+    name = type(value).__name__ if type(value).__module__ == "builtins" else \
+        f"{type(value).__module__.split('.')[0]}.{type(value).__name__}"
+    dtype = f" of dtype {value.dtype}" if hasattr(value, "dtype") else ""
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}{dtype}"
+
+
 def shape_problem(got, expected_shape, what: str) -> str | None:
-    shape = tuple(getattr(got, "shape", ()))
+    if not hasattr(got, "shape"):  # a list, a tuple, a number: it has no shape to compare
+        return f"{what} should be a tensor of shape {tuple(expected_shape)}, yours is {kind_of(got)}"
+    shape = tuple(got.shape)
     if shape != tuple(expected_shape):
         return f"{what} should have shape {tuple(expected_shape)}, yours has {shape}"
     return None
