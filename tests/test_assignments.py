@@ -10,10 +10,10 @@ import torch
 
 import attention_book.multihead
 from attention_book.course import checks, notebooks as assignments
+from attention_book.course.checks import ch12
 from attention_book.notebook_form import label_of
 from attention_book.keras_decoder import KerasDecoderConfig, decoder_forward, keras_weight_map
-from attention_book.course.checks import ch12
-from attention_book.positions import apply_rope, sinusoidal_shift
+from attention_book.positions import apply_rope
 from conftest import NOTEBOOKS
 
 
@@ -192,11 +192,15 @@ WRONG = {
                                                                       for i in range(0, len(x), block))),
                                 r"the running sum ends at .* multiply the sum so far by exp\(m − m'\)"),
     "ch10.rope_half": (lambda x: apply_rope(x), r"that is RoPE on adjacent pairs \(2i, 2i \+ 1\), this book's layout"),
-    "ch11.previous_token_score": (lambda q, k: torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1)
-                                 .diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1),
-                                 r"the weights need the causal mask"),
-    "ch10.sinusoidal_shift": (lambda offset, width: sinusoidal_shift(offset, width).T,
-                             r"your M moves back by \d+ positions, not forward"),
+    "ch10.alibi": (lambda T, H: -torch.stack([2.0 ** (-8 * (h + 1) / H) * (torch.arange(T)[:, None]
+                                                                      - torch.arange(T)[None, :]).double()
+                                              for h in range(H)]),
+                   r"keys after the query \(j > t\) should get 0|wrong sign"),
+    "ch10.rope_interpolated": (lambda x, scale: apply_rope(x), r"that is plain RoPE"),
+    "ch11.k_composition": (lambda qk, ov: torch.linalg.matrix_norm(qk @ ov.T), r"the score is not normalised"),
+    "ch11.mean_ablation": (lambda outputs, head: outputs.index_fill(1, torch.tensor([head]), 0.0),
+                           r"that zeroes the head"),
+    "ch11.ov_positivity": (lambda circuit: 1.0, r"singular values are never negative"),
 }
 
 

@@ -358,14 +358,6 @@ CALLS_THE_REFERENCE = {
     "ch10.rope_half": "import torch\n\nfrom attention_book.positions import apply_rope\n\n\ndef rope_half(x):\n"
                      "    d = x.shape[-1]\n    y = apply_rope(torch.stack([x[:, :d // 2], x[:, d // 2:]], -1).flatten(-2))\n"
                      "    return torch.cat([y[:, 0::2], y[:, 1::2]], -1)\n",
-    "ch11.previous_token_score": "import torch\n\nfrom attention_book.induction import previous_token_score\n\n\n"
-                                "def previous_token_score_by_hand(q, k):\n    T = q.shape[-2]\n"
-                                "    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5\n"
-                                "    allowed = torch.ones(T, T, dtype=torch.bool).tril()\n"
-                                "    weights = torch.softmax(scores.masked_fill(~allowed, float('-inf')), -1)\n"
-                                "    return previous_token_score(weights[None])\n",
-    "ch10.sinusoidal_shift": "from attention_book.positions import sinusoidal_shift\n\n\n"
-                            "def shift_by_hand(offset, width):\n    return sinusoidal_shift(offset, width)\n",
     "ch12.block": "from attention_book.decoder import DecoderBlock, DecoderConfig\n\n\n"
                   "def block_by_hand(x, w, num_heads):\n"
                   "    config = DecoderConfig(vocab_size=2, context_length=x.shape[1], embed_dim=x.shape[-1],\n"
@@ -385,6 +377,13 @@ CALLS_THE_REFERENCE = {
                          "    mha = MultiHeadAttention(E, num_heads)\n    mha.load_state_dict(w)\n"
                          "    mask = torch.ones(T, T, dtype=torch.bool).tril()[None, None]\n"
                          "    return mha(x, mask=mask)[0]\n",
+    "ch10.alibi": "import torch\n\nfrom attention_book.positions import alibi_bias, alibi_slopes\n\n\n"
+                  "def alibi_by_hand(T, H):\n"
+                  "    return alibi_bias(torch.arange(T), torch.arange(T), alibi_slopes(H)).double()\n",
+    "ch10.rope_interpolated": "from attention_book.positions import apply_rope\n\n\n"
+                              "def rope_interpolated(x, scale):\n    return apply_rope(x, scale=scale)\n",
+    "ch11.ov_positivity": "from attention_book.induction import copying_scores\n\n\n"
+                          "def ov_positivity(circuit):\n    return copying_scores(circuit)[1]\n",
 }
 
 
