@@ -12,25 +12,15 @@ no student has seen.
 
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from . import wire
+from .verdict import Result, not_implemented
 
 FOLDER = Path(__file__).resolve().parents[1] / "data" / "feedback"
-
-
-@dataclass
-class Result:
-    exercise: str
-    passed: bool
-    message: str
-
-    def __str__(self) -> str:
-        return f"{'✓' if self.passed else '✗'} {self.exercise}: {self.message}"
 
 
 def _full_checks():
@@ -76,7 +66,7 @@ def replay(exercise: str, student_function, folder: Path = FOLDER) -> Result:
         try:
             got = student_function(*args)
         except NotImplementedError as error:
-            return Result(exercise, False, f"not implemented yet. Hint: {error}")
+            return Result(exercise, False, not_implemented(str(error)))
         except Exception as error:  # noqa: BLE001 - the student's error is feedback
             return Result(exercise, False, f"your function raised {type(error).__name__}: {error}")
         try:

@@ -17,7 +17,7 @@ function name and the forbidden tuple, and name the same dotted names in the exe
 
 from collections.abc import Callable
 
-from ..feedback import Result
+from ..verdict import Result, not_implemented
 from . import ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09
 from .common import CASES, Check
 from .ch09 import rope_half_reference
@@ -57,7 +57,7 @@ def evaluate(exercise: str, student_function, seed: int = 0, call: Callable | No
     try:
         problem = CHECKS[exercise].run(call or calling(student_function), seed)
     except StudentRaised as error:
-        problem = f"not implemented yet. Hint: {error.message}" if error.name == "NotImplementedError" else \
+        problem = not_implemented(error.message) if error.name == "NotImplementedError" else \
             f"your function raised {error.name}: {error.message}"
     except Stopped as error:
         problem = str(error)
