@@ -240,15 +240,16 @@ class _Shell:
 
 
 class LargestTensor:
-    """The number of elements of the largest tensor made while it is active (torch's dispatch mode)."""
+    """The number of elements of the largest tensor made while it is active (a torch function mode: every
+    torch function, tensor method and operator the code calls)."""
 
     def __init__(self):
-        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.overrides import TorchFunctionMode
 
         outer = self
 
-        class Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        class Mode(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
                 import torch
 
                 value = func(*args, **(kwargs or {}))
@@ -308,8 +309,9 @@ def _serve_exercise(requests, channel, request) -> None:
         if "call" not in request or function is None:
             return
         try:
+            arguments = wire.decode(request["call"])
             with LargestTensor() as measured:
-                value = function(*wire.decode(request["call"]))
+                value = function(*arguments)
         except BaseException as error:  # noqa: BLE001
             traceback.print_exc()
             _answer(channel, _raised(error))
