@@ -204,8 +204,16 @@ def grade_notebook(path: Path, timeout: float = 60, hidden: tuple[Path, ...] = (
 def shown(text) -> str:
     """`text` safe to print to a terminal or a log: control characters (escape sequences) and bytes that
     are not UTF-8 written as escapes."""
-    text = os.fsencode(text).decode("utf-8", "backslashreplace") if isinstance(text, (str, os.PathLike)) else str(text)
+    text = as_bytes(text).decode("utf-8", "backslashreplace") if isinstance(text, (str, os.PathLike)) else str(text)
     return "".join(c if c.isprintable() or c == " " else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def as_bytes(text) -> bytes:
+    """The bytes of a name as the file system gave them (undecodable bytes included)."""
+    try:
+        return os.fsencode(text)
+    except UnicodeError:
+        return os.fspath(text).encode("utf-8", "surrogatepass")
 
 
 def clean_name(name: str) -> str:
@@ -215,7 +223,7 @@ def clean_name(name: str) -> str:
     text = shown(name)
     if text == name and len(text) <= NAME_CHARACTERS:
         return text
-    digest = hashlib.sha256(os.fsencode(name)).hexdigest()[:8]
+    digest = hashlib.sha256(as_bytes(name)).hexdigest()[:8]
     return f"{text[:NAME_CHARACTERS - 9]}~{digest}"
 
 
@@ -408,7 +416,7 @@ def write_lms(out: Path, students: dict[str, list[dict]], canvas_ids: dict[str, 
 
 def markdown_text(text: str) -> str:
     """`text` as a Markdown code span: no link, image, HTML or emphasis in it is rendered, on one line."""
-    text = " ".join(str(text).split())
+    text = " ".join(shown(str(text)).split())
     fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
     return f"{fence} {text} {fence}"
 
@@ -420,7 +428,7 @@ def feedback_names(students) -> dict[str, str]:
     for student in sorted(students):
         plain = re.sub(r"[^\w.-]", "_", student, flags=re.ASCII).lstrip(".")[:NAME_CHARACTERS] or "_"
         if plain != student:
-            plain = f"{plain[:NAME_CHARACTERS - 9]}~{hashlib.sha256(student.encode()).hexdigest()[:8]}"
+            plain = f"{plain[:NAME_CHARACTERS - 9]}~{hashlib.sha256(as_bytes(student)).hexdigest()[:8]}"
         names[student] = plain
     return names
 
