@@ -515,13 +515,14 @@ def small_class(tmp_path_factory):
 
 
 def test_grades_a_teacher_can_use(small_class):
-    """Totals per student, an LMS table (one row per student, one column per exercise), a feedback file
-    per student."""
+    """Totals per student, an LMS table (one row per student, one column per chapter: Canvas's gradebook
+    import), a feedback file per student."""
     out = small_class / "first"
-    with open(out / "lms.csv") as file:
+    with open(out / "canvas.csv") as file:
         rows = list(csv.DictReader(file))
-    assert list(rows[0]) == ["Student", "SIS Login ID", *EXERCISES, "Total"]
-    assert [(r["Student"], r["ch5.causal_mask"], r["Total"]) for r in rows] == [("ada", "1", "3"), ("bob", "0", "2")]
+    assert list(rows[0]) == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Chapter 5 exercises"]
+    assert [(r["Student"], r["SIS Login ID"], r["Chapter 5 exercises"]) for r in rows[1:]] == [
+        ("ada", "ada", "3"), ("bob", "bob", "2")]
     with open(out / "totals.csv") as file:
         assert [tuple(r.values()) for r in csv.DictReader(file)] == [("ada", "3", "3"), ("bob", "2", "3")]
     feedback = (out / "feedback" / "bob.md").read_text()
