@@ -69,6 +69,8 @@ SHORTCUTS = {
                                "    return weights @ v\n",
 }
 
+PROGRAM = repr("from attention_book.causal import causal_mask\n"
+               "print({T: causal_mask(T).int().tolist() for T in range(1, 64)})")
 # Forbidden functions reached another way: (the function the exercise asks for, the cheat's solution cell).
 BACK_DOORS = {
     "aten_cumsum": ("running_mean_by_hand", "import torch\n\n\ndef running_mean_by_hand(x):\n"
@@ -78,28 +80,38 @@ BACK_DOORS = {
                            "    return total / torch.arange(1, x.shape[0] + 1)[:, None]\n"),
     "c_nn_loss": ("masked_loss_by_hand", "import torch\n\n\ndef masked_loss_by_hand(logits, labels, lengths):\n"
                   "    real = torch.arange(labels.shape[1]) < lengths[:, None]\n"
-                  "    return torch._C._nn.cross_entropy_loss(logits[real], labels[real])\n"),
+                  "    return torch._C._nn.cross_entropy_loss(logits[real], labels[real], None, 1, -100, 0.0)\n"),
     "aten_sdpa": ("attention_by_hand", "import torch\n\n\ndef attention_by_hand(q, k, v):\n"
                   "    return torch.ops.aten._scaled_dot_product_attention_math(q[None], k[None], v[None])[0][0]\n"),
-    "fresh_interpreter": ("causal_mask_by_hand", "import subprocess\nimport sys\n\nimport torch\n\n\n"
-                          "def causal_mask_by_hand(T):\n    code = 'from attention_book.causal import causal_mask; "
-                          "print(causal_mask(%d).int().tolist())' % T\n"
-                          "    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True)\n"
-                          "    return torch.tensor(eval(out.stdout)).bool()\n"),
-    "exec_in_a_fork": ("causal_mask_by_hand", "import os\nimport sys\n\nimport torch\n\n\ndef causal_mask_by_hand(T):\n"
-                       "    read, write = os.pipe()\n    if os.fork() == 0:\n        os.dup2(write, 1)\n"
-                       "        os.execv(sys.executable, [sys.executable, '-c', 'from attention_book.causal import "
-                       "causal_mask; print(causal_mask(%d).int().tolist())' % T])\n    os.close(write)\n"
-                       "    return torch.tensor(eval(os.read(read, 1 << 20).decode())).bool()\n"),
-    "execve_by_ctypes": ("causal_mask_by_hand", "import ctypes\nimport os\nimport sys\n\nimport torch\n\n\n"
-                         "def causal_mask_by_hand(T):\n    if os.fork() == 0:\n"
-                         "        libc = ctypes.CDLL(None)\n        libc.execv(sys.executable.encode(), None)\n"
-                         "        os._exit(0)\n    os.wait()\n    return torch.ones(T, T, dtype=torch.bool).tril()\n"),
+    # a fresh interpreter computes the masks once, in the solution cell
+    "fresh_interpreter": ("causal_mask_by_hand", "import subprocess\nimport sys\n\nimport torch\n\n"
+                          "out = subprocess.run([sys.executable, '-c', PROGRAM], capture_output=True, text=True)\n"
+                          "masks = eval(out.stdout)\n\n\n"
+                          "def causal_mask_by_hand(T):\n    return torch.tensor(masks[T]).bool()\n"),
+    "exec_in_a_fork": ("causal_mask_by_hand", "import os\nimport sys\n\nimport torch\n\nread, write = os.pipe()\n"
+                       "if os.fork() == 0:\n    try:\n        os.dup2(write, 1)\n"
+                       "        os.execv(sys.executable, [sys.executable, '-c', PROGRAM])\n    finally:\n"
+                       "        os._exit(1)\nos.close(write)\n"
+                       "text = b''\nwhile chunk := os.read(read, 1 << 20):\n    text += chunk\n"
+                       "if not text:\n    raise PermissionError('the program did not run')\n"
+                       "masks = eval(text.decode())\n\n\n"
+                       "def causal_mask_by_hand(T):\n    return torch.tensor(masks[T]).bool()\n"),
+    "execve_by_ctypes": ("causal_mask_by_hand", "import ctypes\nimport os\nimport sys\n\nimport torch\n\n"
+                         "read, write = os.pipe()\nif os.fork() == 0:\n    try:\n        os.dup2(write, 1)\n"
+                         "        exe = sys.executable.encode()\n"
+                         "        argv = (ctypes.c_char_p * 4)(exe, b'-c', PROGRAM.encode(), None)\n"
+                         "        ctypes.CDLL(None).execv(exe, argv)\n    finally:\n        os._exit(1)\n"
+                         "os.close(write)\n"
+                         "text = b''\nwhile chunk := os.read(read, 1 << 20):\n    text += chunk\n"
+                       "if not text:\n    raise PermissionError('the program did not run')\n"
+                         "masks = eval(text.decode())\n\n\n"
+                         "def causal_mask_by_hand(T):\n    return torch.tensor(masks[T]).bool()\n"),
     "second_copy": ("causal_mask_by_hand", "import importlib.util\n\nimport attention_book.causal as causal\n\n"
-                    "spec = importlib.util.spec_from_file_location('copy', causal.__file__)\n"
+                    "spec = importlib.util.spec_from_file_location('attention_book.copy', causal.__file__)\n"
                     "copy = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(copy)\n\n\n"
                     "def causal_mask_by_hand(T):\n    return copy.causal_mask(T)\n"),
-    "source_copy": ("causal_mask_by_hand", "import attention_book.causal as causal\n\nfound = {}\n"
+    "source_copy": ("causal_mask_by_hand", "import attention_book.causal as causal\n\n"
+                    "found = {'__name__': 'attention_book.copy', '__package__': 'attention_book'}\n"
                     "exec(open(causal.__file__).read(), found)\n\n\n"
                     "def causal_mask_by_hand(T):\n    return found['causal_mask'](T)\n"),
 }
@@ -136,7 +148,7 @@ def hostile_class(tmp_path_factory):
     student("prober", notebook_with(CAUSAL, "causal_mask_by_hand", PROBE.replace("PATHS", repr(paths))))
     for name, (function, source) in BACK_DOORS.items():
         chapter = chapter_defining(function)
-        student(name, notebook_with(chapter, function, source), chapter=chapter)
+        student(name, notebook_with(chapter, function, source.replace("PROGRAM", PROGRAM)), chapter=chapter)
     for function, source in SHORTCUTS.items():
         chapter = chapter_defining(function)
         student(f"shortcut_{function}", notebook_with(chapter, function, source), chapter=chapter)
@@ -169,7 +181,7 @@ def hostile_class(tmp_path_factory):
     nbformat.write(causal, os.fsdecode(bytes_folder + b"/" + CAUSAL.name.encode()))
     run = subprocess.run([sys.executable, "-m", "attention_book.course", "grade", "submissions", str(root / "grades"),
                           "--exercise-timeout", "30", "--jobs", "2"], cwd=teacher, capture_output=True,
-                         env={**os.environ, "PYTHONPATH": str(extra)}, timeout=900)
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(extra), os.environ.get("PYTHONPATH")]))}, timeout=900)
     with open(root / "grades" / "results.csv", encoding="utf-8") as file:
         rows = list(csv.DictReader(file))
     return root, run, rows, paths
