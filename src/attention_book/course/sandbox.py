@@ -3,13 +3,17 @@
 
 The child's view of the machine is built from an allow-list with bubblewrap (`bwrap`, Debian's and
 Ubuntu's `bubblewrap` package; `make bwrap` installs it): a new root that holds only the operating system's
-programs and libraries (/usr and its links), the Python installation, the installed packages (without the
-grader's checks, which are covered by an empty folder) and a fresh scratch folder, the only writable
-place. Nothing else of the machine exists there: no home folder, no /tmp, no submissions, no grades, no
-Unix socket of the host. It also gets new user, PID, network, IPC and UTS namespaces (no network at all,
+programs and libraries (/usr and its links), the Python interpreter and standard library, the installed
+packages (site-packages; the grader's checks covered by an empty folder), this package's own files one by
+one where it is installed from a checkout (nothing else of the checkout), and a scratch folder on a tmpfs
+of SCRATCH_MB, the only writable place besides /dev/shm (a tmpfs of SHM_MB). Nothing else of the machine
+exists there: not the working directory or PYTHONPATH's folders, no home folder, no /tmp, no
+submissions, no grades, no Unix socket of the host. It also gets new user, PID, network, IPC and UTS namespaces (no network at all,
 no other process visible), a new session, no capabilities, an environment with nothing of the grader's in
-it, limits on memory, CPU time, file size and (where the kernel honours it) the number of processes, and,
-where this user may create cgroups, a cgroup bounding the notebook's processes and total memory.
+it, limits on CPU time, file size and (where the kernel honours it) the number of processes, and, where
+this user may create cgroups, a cgroup bounding the notebook's processes and total memory; without one,
+the grader adds up the memory of the notebook's processes while it waits for an answer (`tree_memory`)
+and stops the notebook above its bound.
 
 Without bwrap or user namespaces (macOS, containers whose seccomp profile forbids them) the grader
 refuses to grade unless the teacher asks for the weak mode (`--weak`): the child then runs in a session
