@@ -7,6 +7,7 @@ exercises are still graded (unless the cheat used up the notebook's time), and s
 """
 
 import csv
+import dataclasses
 import json
 import os
 import re
@@ -90,7 +91,7 @@ EXPECTED = {  # student -> (passed, message pattern)
     "exits": ("False", r"your solution cell raised SystemExit"),
     "exits_hard": ("False", r"stopped: it exited with status 0"),
     "kills_itself": ("False", r"stopped: it was killed"),
-    "kills_parent": ("False", r"stopped: it was killed|should have shape \(1, 1\), yours has \(\)"),  # its parent: a shell
+    "kills_parent": ("False", r"stopped: it was killed|should have shape \(\d+, \d+\), yours has \(\)"),  # parent: a shell
     "forges_records": ("False", r"stopped: it answered out of turn"),
     "monkeypatches_checks": ("False", r"your causal mask stops position 0 from seeing position 0 \(itself\)|"
                                       r"your solution cell raised (AttributeError|ImportError|ModuleNotFoundError)"),
@@ -352,9 +353,12 @@ CALLS_THE_REFERENCE = {
 }
 
 
-def test_every_forbidden_reference_would_pass_if_allowed():
-    """Not vacuous: called in the kernel, without the sandbox, each of these answers passes its check."""
+def test_every_forbidden_reference_would_pass_if_allowed(monkeypatch):
+    """Not vacuous: called in the kernel, without the sandbox, each of these answers passes its check (the
+    method's measure aside: a reference that reads all of x at once is not "in blocks" either)."""
     assert set(CALLS_THE_REFERENCE) == {name for name, entry in checks.CHECKS.items() if entry.forbidden}
+    for name, entry in list(checks.CHECKS.items()):
+        monkeypatch.setitem(checks.CHECKS, name, dataclasses.replace(entry, largest=None))
     for name, source in CALLS_THE_REFERENCE.items():
         namespace = {}
         exec(compile(source, name, "exec"), namespace)  # noqa: S102 - the test's own cheats
