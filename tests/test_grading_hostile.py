@@ -487,3 +487,14 @@ def test_the_sandbox_mounts_files_of_the_package_not_the_repository():
     assert Path.cwd().resolve() not in sources and repository not in sources
     assert json.dumps(sorted(map(str, sources)))  # plain paths
     assert torch.__file__  # torch is importable there: it is in site-packages
+
+
+def test_a_file_in_a_students_folder_never_speaks_for_another(tmp_path):
+    """Row 12's other side: Canvas's names are read at the top level only (Canvas writes them); in ada's
+    folder a file named like bob's Canvas download is still ada's, and counts as her chapter 5."""
+    for name in ("05_causal_attention.ipynb", "bob_1_2_05_causal_attention.ipynb"):
+        (tmp_path / "ada").mkdir(exist_ok=True)
+        (tmp_path / "ada" / name).write_text("{}")
+    assert grading.identify(Path("ada/bob_1_2_05_causal_attention.ipynb"))[0] == "ada"
+    graded, skipped = grading.one_per_chapter(grading.submissions_in(tmp_path), tmp_path)
+    assert len(graded) == 1 and len(skipped["ada"]) == 1

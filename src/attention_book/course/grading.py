@@ -66,9 +66,15 @@ FORMULA = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet reads as the st
 def chapter_exercises(notebook_name: str) -> list[str]:
     """The registered exercises ("chN.name") of the chapter whose number starts `notebook_name` (a Canvas
     download's name: its original file name)."""
+    number = chapter_number(notebook_name)
+    return [] if number is None else [name for name in CHECKS if name.split(".")[0] == f"ch{number}"]
+
+
+def chapter_number(notebook_name: str) -> int | None:
+    """The chapter number that starts `notebook_name`, or the original file name in a Canvas download's."""
     canvas = CANVAS.match(notebook_name)
-    number = CHAPTER.match(canvas["file"] if canvas else notebook_name)
-    return [] if number is None else [name for name in CHECKS if name.split(".")[0] == f"ch{int(number.group(1))}"]
+    number = CHAPTER.match(canvas["file"] if canvas and CHAPTER.match(canvas["file"]) else notebook_name)
+    return None if number is None else int(number.group(1))
 
 
 def as_python(cell: str) -> str | None:
@@ -231,11 +237,11 @@ def identify(relative: Path) -> tuple[str, str, str]:
     """(student, the notebook's chapter file name, Canvas's user ID or "") of a submission at `relative`:
     Canvas's bulk-download name, a student's folder (nbgrader's submitted/<student>/<assignment>/ too), or a
     flat file named after the chapter's number and the student (05_ada.ipynb)."""
+    if len(relative.parts) > 1:  # a student names the files in their own folder: never read as another's
+        return clean_name(relative.parts[0]), relative.name, ""
     canvas = CANVAS.match(relative.name)
     if canvas and CHAPTER.match(canvas["file"]):
         return clean_name(canvas["student"]), canvas["file"], canvas["user"]
-    if len(relative.parts) > 1:
-        return clean_name(relative.parts[0]), relative.name, ""
     flat = FLAT.match(relative.stem)
     return clean_name(flat["student"] if flat else relative.stem), relative.name, ""
 
@@ -272,12 +278,12 @@ def one_per_chapter(paths: list[Path], submissions: Path) -> tuple[list[Path], d
 
     graded = []
     for path in paths:
-        student, name, _ = identify(path.relative_to(submissions))
-        number = CHAPTER.match(name)
+        student = identify(path.relative_to(submissions))[0]
+        number = chapter_number(path.name)
         if number is None:
             graded.append(path)  # no exercises: listed with a note, nothing runs
             continue
-        key = (student, int(number.group(1)))
+        key = (student, number)
         if key in newest:
             older, kept = sorted([newest[key], path], key=age)
             skipped.setdefault(student, []).append(clean_name(str(older.relative_to(submissions))))
@@ -330,6 +336,9 @@ def grade_folder(submissions: Path, out: Path, timeout: float = 60, hidden: tupl
         notebook, started = clean_name(str(relative)), time.monotonic()
         left = started_run + deadline - started
         with lock:
+            if notebook != str(relative):
+                print(f"warning: the grade files name {shown(relative)} {notebook} (not plain UTF-8, control "
+                      f"characters or over {NAME_CHARACTERS} characters)", file=sys.stderr)
             print(f"grading {shown(student)}: {shown(notebook)}", file=sys.stderr)
         try:
             if left <= 0:

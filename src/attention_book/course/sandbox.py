@@ -164,11 +164,12 @@ def isolation() -> str | None:
 def describe_isolation(weak: bool = False) -> str:
     """One line for the grading log: what the sandbox isolates on this machine."""
     bound = "processes and memory bounded by a cgroup" if Cgroup.available() else \
-        "memory bounded per process (no cgroup can be made here: the process count is bounded only for non-root users)"
+        "memory bounded per notebook by the grader's count of its processes' memory (no cgroup can be made here: " \
+        "the process count is bounded only for non-root users)"
     if not weak and isolation() is None:
-        return ("sandbox: allow-list root (Python, packages, scratch folder; nothing else readable, only the scratch "
-                f"folder writable), no network, no Unix sockets of the host, own PIDs, no capabilities; {bound}; "
-                "time limits per exercise and notebook")
+        return (f"sandbox: allow-list root (Python, packages, scratch folder of {SCRATCH_MB} MB; nothing else readable, "
+                "only the scratch folder and /dev/shm writable), no network, no Unix sockets of the host, own PIDs, "
+                f"no capabilities, no program can start; {bound}; time limits per exercise and notebook")
     why = "asked for with --weak" if isolation() is None else isolation()
     return (f"WEAK sandbox ({why}): own session, scratch folder, clean environment, time limits; {bound}; every "
             "process killed after its notebook; the network, the teacher's files and processes are NOT isolated")
