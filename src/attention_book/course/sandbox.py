@@ -91,10 +91,11 @@ def interpreter_files() -> list[tuple[Path, Path]]:
 
     executable = Path(sys.executable)
     files = [(executable.resolve(), executable.resolve()), (executable.resolve(), executable)]
-    library = sysconfig.get_config_var("LDLIBRARY") or ""
+    libraries = {sysconfig.get_config_var(name) or "" for name in ("LDLIBRARY", "INSTSONAME")} - {""}
     for folder in {sysconfig.get_config_var("LIBDIR"), str(Path(sys.base_prefix) / "lib")}:
-        if folder and library and (Path(folder) / library).exists():
-            files.append(((Path(folder) / library).resolve(), Path(folder) / library))
+        for library in libraries:
+            if folder and (Path(folder) / library).exists():
+                files.append(((Path(folder) / library).resolve(), Path(folder) / library))
     config = Path(sys.prefix) / "pyvenv.cfg"
     if config.exists():
         files.append((config.resolve(), config))
