@@ -73,17 +73,9 @@ PROGRAM = repr("from attention_book.causal import causal_mask\n"
                "print({T: causal_mask(T).int().tolist() for T in range(1, 64)})")
 # Forbidden functions reached another way: (the function the exercise asks for, the cheat's solution cell).
 BACK_DOORS = {
-    "aten_cumsum": ("running_mean_by_hand", "import torch\n\n\ndef running_mean_by_hand(x):\n"
-                    "    return torch.ops.aten.cumsum(x, 0) / torch.arange(1, x.shape[0] + 1)[:, None]\n"),
-    "variable_functions": ("running_mean_by_hand", "import torch\n\n\ndef running_mean_by_hand(x):\n"
-                           "    total = torch._C._VariableFunctions.cumsum(x, 0)\n"
-                           "    return total / torch.arange(1, x.shape[0] + 1)[:, None]\n"),
     "c_nn_loss": ("masked_loss_by_hand", "import torch\n\n\ndef masked_loss_by_hand(logits, labels, lengths):\n"
                   "    real = torch.arange(labels.shape[1]) < lengths[:, None]\n"
                   "    return torch._C._nn.cross_entropy_loss(logits[real], labels[real], None, 1, -100, 0.0)\n"),
-    "aten_sdpa": ("attention_by_hand", "import torch\n\n\ndef attention_by_hand(q, k, v):\n"
-                  "    return torch.ops.aten._scaled_dot_product_attention_math(q[None], k[None], v[None])[0][0]\n"),
-    # a fresh interpreter computes the masks once, in the solution cell
     "fresh_interpreter": ("causal_mask_by_hand", "import subprocess\nimport sys\n\nimport torch\n\n"
                           "out = subprocess.run([sys.executable, '-c', PROGRAM], capture_output=True, text=True)\n"
                           "masks = eval(out.stdout)\n\n\n"
@@ -208,9 +200,10 @@ def test_the_sandbox_sees_neither_the_working_folder_nor_pythonpath_nor_the_repo
     """Row 1: nothing of the folder the command runs from, of PYTHONPATH, of the repository beyond the
     package's own files, of the checks."""
     _, _, rows, paths = hostile_class
-    copied = rows_of(rows, "copies_a_classmate")[0]
+    mask = check_of("causal_mask_by_hand")
+    copied = next(r for r in rows_of(rows, "copies_a_classmate") if r["exercise"] == mask)
     assert copied["passed"] == "False" and "ModuleNotFoundError" in copied["message"], copied
-    probe = rows_of(rows, "prober")[0]["message"]
+    probe = next(r for r in rows_of(rows, "prober") if r["exercise"] == mask)["message"]
     for path in paths:
         assert re.search(re.escape(path) + r": (FileNotFoundError|PermissionError)", probe), (path, probe)
     assert all(SECRET not in r["message"] for r in rows)
@@ -273,7 +266,8 @@ def test_one_feedback_file_per_student_and_nothing_in_it_renders(hostile_class):
     assert sorted(p.name for p in folder.iterdir()) == sorted(f"{n}.md" for n in names.values())
     honest = (folder / f"{names['ada smith']}.md").read_text()
     forged = (folder / f"{names['ada_smith']}.md").read_text()
-    assert "Total: 3 of 3" in honest and "<script>" not in honest
+    exercises = len(grading.chapter_exercises(CAUSAL.name))
+    assert f"Total: {exercises} of {exercises}" in honest and "<script>" not in honest
     for line in forged.splitlines():  # every message is inside a code span: no HTML, no link is rendered
         if "<script>" in line:
             assert re.search(r": (`+) [^`]*<script>[^`]* \1$", line), line
@@ -304,11 +298,12 @@ def test_one_notebook_per_student_and_chapter(hostile_class):
     feedback, and every table agrees."""
     root, run, rows, _ = hostile_class
     twice = rows_of(rows, "twice")
-    assert len(twice) == 3 and all(r["passed"] == "True" for r in twice), twice
+    exercises = len(grading.chapter_exercises(CAUSAL.name))
+    assert len(twice) == exercises and all(r["passed"] == "True" for r in twice), twice
     assert "twice/05_draft.ipynb" in run.stderr.decode() and "twice/05_draft.ipynb" in (
         root / "grades" / "feedback" / "twice.md").read_text()
     with open(root / "grades" / "totals.csv") as file:
-        assert {r["student"]: r["passed"] for r in csv.DictReader(file)}["twice"] == "3"
+        assert {r["student"]: r["passed"] for r in csv.DictReader(file)}["twice"] == str(exercises)
 
 
 def test_flat_and_canvas_names_map_to_the_login(hostile_class):
@@ -316,7 +311,7 @@ def test_flat_and_canvas_names_map_to_the_login(hostile_class):
     lastfirst's, with Canvas's user ID in the ID column."""
     root, _, rows, _ = hostile_class
     for student in ("flat", "smithada", "jonesbo"):
-        assert [r["passed"] for r in rows_of(rows, student)] == ["True"] * 3, student
+        assert [r["passed"] for r in rows_of(rows, student)] == ["True"] * len(grading.chapter_exercises(CAUSAL.name))
     with open(root / "grades" / "canvas.csv") as file:
         ids = {r["SIS Login ID"]: r["ID"] for r in csv.DictReader(file)}
     assert ids["smithada"] == "12345" and ids["jonesbo"] == "23456"
@@ -340,6 +335,32 @@ def test_the_lms_files_import_as_one_assignment_per_chapter(hostile_class):
 
 
 # Unit tests of the pieces.
+
+TORCH_ROUTES = {  # the forbidden torch function -> other ways to reach it (the operator registry, torch._C)
+    "torch.cumsum": ["torch.ops.aten.cumsum(x, 0)", "torch._C._VariableFunctions.cumsum(x, 0)",
+                     "torch.inference_mode()(lambda: x.cumsum(0))()"],
+    "torch.nn.functional.scaled_dot_product_attention": [
+        "torch._C._nn.scaled_dot_product_attention(x[None], x[None], x[None])",
+        "torch.ops.aten._scaled_dot_product_attention_math(x[None], x[None], x[None])"],
+    "torch.nn.functional.cross_entropy": ["torch._C._nn.cross_entropy_loss(x, torch.tensor([0, 1, 2]))",
+                                          "torch.ops.aten.nll_loss_nd(x.log_softmax(-1), torch.tensor([0, 1, 2]))"],
+    "torch.nn.functional.embedding": ["torch.ops.aten.embedding(x, torch.tensor([0, 1]))"],
+    "torch.softmax": ["torch.ops.aten._softmax(x, -1, False)", "torch._C._VariableFunctions.softmax(x, -1)"],
+}
+
+
+@pytest.mark.parametrize("forbidden", sorted(TORCH_ROUTES))
+def test_every_torch_route_to_a_forbidden_function_raises(forbidden):
+    """Row 2 without a chapter: each route raises ForbiddenCall in the sandbox, and torch still works."""
+    routes = TORCH_ROUTES[forbidden]
+    source = ("import torch\n\n\ndef routes():\n    x = torch.randn(3, 4)\n    found = []\n"
+              f"    for route in {routes!r}:\n        try:\n            eval(route, {{'torch': torch, 'x': x}})\n            found.append('ran')\n"
+              "        except Exception as error:\n            found.append(type(error).__name__)\n"
+              "    return found, (x @ x.T).shape[0]\n")
+    with sandbox.Sandbox(timeout=60) as child:
+        child.exercise(source, "routes", (forbidden,), seconds=40)
+        found, works = child.call()
+    assert found == ["ForbiddenCall"] * len(routes) and works == 3, found
 
 def test_every_check_draws_its_inputs_from_the_seed():
     """Row 3: the first inputs a check gives differ between seeds (the stored seed-0 answers replay

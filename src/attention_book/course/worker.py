@@ -32,6 +32,7 @@ _SDPA = ("scaled_dot_product_attention", "_scaled_dot_product_attention_math", "
          "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
          "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_fused_attention_overrideable")
 _NLL = ("nll_loss", "nll_loss_nd", "nll_loss2d", "nll_loss_forward")
+_SOFTMAX = ("softmax", "_softmax", "_safe_softmax")
 ATEN = {
     "torch.nn.functional.scaled_dot_product_attention": _SDPA,
     "torch.cumsum": ("cumsum", "cumsum_"), "torch.Tensor.cumsum": ("cumsum", "cumsum_"),
@@ -39,6 +40,8 @@ ATEN = {
     "torch.nn.functional.cross_entropy": ("cross_entropy_loss", *_NLL),
     "torch.nn.functional.nll_loss": _NLL,
     "torch.nn.functional.multi_head_attention_forward": ("_native_multi_head_attention",),
+    "torch.softmax": _SOFTMAX, "torch.nn.functional.softmax": _SOFTMAX, "torch.Tensor.softmax": _SOFTMAX,
+    "torch.nn.functional.one_hot": ("one_hot",),
 }
 _KEYS = ("CompositeImplicitAutograd", "CompositeExplicitAutograd", "CPU", "AutogradCPU")
 # What starting a process raises as audit events; ctypes' loading of C code (it could call execve or open
