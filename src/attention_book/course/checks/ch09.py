@@ -72,9 +72,12 @@ def check_tiled_attention(tiled_attention_by_hand, seed: int = 0) -> str | None:
 
 CHECKS: dict[str, Check] = {
     "ch9.running_max_and_sum": Check(check_running_max_and_sum, "running_max_and_sum",
-          forbidden=("attention_book.efficient.online_softmax",)),
+          forbidden=("attention_book.efficient.online_softmax",),
+          largest=lambda x, block: block, method="read x in blocks of block_size, one block at a time"),
     "ch9.merge_partials": Check(check_merge_partials, "merge_partials",
           forbidden=("attention_book.efficient.merge_partials",)),
     "ch9.tiled_attention": Check(check_tiled_attention, "tiled_attention_by_hand",
-          forbidden=("attention_book.efficient.tiled_attention", "attention_book.attention.scaled_dot_product_attention", "torch.nn.functional.scaled_dot_product_attention")),
+          forbidden=("attention_book.efficient.tiled_attention", "attention_book.attention.scaled_dot_product_attention", "torch.nn.functional.scaled_dot_product_attention"),
+          largest=lambda q, k, v, block: max(q.shape[0] * max(block, q.shape[1], v.shape[1]), block * k.shape[1]),
+          method="never hold the (T, S) score matrix: one block of keys at a time, (T, block) scores at most"),
 }
