@@ -91,7 +91,7 @@ def tile_schedule(png_dir=None):
     text(ax, 6.0 + 1.2, top - 1.2 - 0.35, "the diagonal starts S − T = 4 keys", size=SMALL)
     text(ax, 6.0 + 1.2, top - 1.2 - 0.62, "(2 key blocks) to the right:", size=SMALL)
     text(ax, 6.0 + 1.2, top - 1.2 - 0.89, "bottom-right alignment, as in chapter 5", size=SMALL)
-    _tile_panel(ax, 10.1, top, 8, 8, block, c, "(c) the backward, T = S = 8", "key blocks outer (FlashAttention-2)",
+    _tile_panel(ax, 10.1, top, 8, 8, block, c, "(c) the backward, T = S = 8", "key blocks outer (FA1 and FA2)",
                 walk="columns")
 
     # Legend: one tile of each kind, the diagonal and the walk.

@@ -77,10 +77,12 @@ def load_result(name: str) -> dict:
     return json.loads(path.read_text())
 
 
-def interleaved_medians(functions: dict, repeats: int = 5, progress: bool = True) -> dict:
-    """Median seconds of each of `functions` (name -> callable), run in turn `repeats` times (chapters 3, 9).
+def interleaved_times(functions: dict, repeats: int = 5, progress: bool = True) -> dict:
+    """Seconds of each of `functions` (name -> callable) in each of `repeats` rounds, the functions taking turns
+    within a round -> name -> list of seconds, one per round (chapters 3, 9).
 
-    Interleaving spreads the machine's slow moments over all of them, so their ratios stay fair.
+    Interleaving spreads the machine's slow moments over all of them: the ratio of two functions' times in
+    the same round is fair even when the rounds differ.
     """
     times = {name: [] for name in functions}
     with torch.inference_mode():
@@ -93,4 +95,10 @@ def interleaved_medians(functions: dict, repeats: int = 5, progress: bool = True
                 fn()
                 synchronize()
                 times[name].append(perf_counter() - start)
+    return times
+
+
+def interleaved_medians(functions: dict, repeats: int = 5, progress: bool = True) -> dict:
+    """Median seconds of each of `functions` (name -> callable), run in turn `repeats` times (chapters 3, 9)."""
+    times = interleaved_times(functions, repeats, progress)
     return {name: statistics.median(seconds) for name, seconds in times.items()}
