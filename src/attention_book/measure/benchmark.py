@@ -98,6 +98,13 @@ def interleaved_times(functions: dict, repeats: int = 5, progress: bool = True) 
     return times
 
 
+def round_ratios(seconds_per_round: dict, method: str, baseline: str) -> tuple[float, float, float]:
+    """`method`'s time over `baseline`'s within each interleaved round -> (median, lowest, highest) over the
+    rounds (chapter 9): the spread a stored ratio carries."""
+    ratios = sorted(a / b for a, b in zip(seconds_per_round[method], seconds_per_round[baseline], strict=True))
+    return statistics.median(ratios), ratios[0], ratios[-1]
+
+
 def interleaved_medians(functions: dict, repeats: int = 5, progress: bool = True) -> dict:
     """Median seconds of each of `functions` (name -> callable), run in turn `repeats` times (chapters 3, 9)."""
     times = interleaved_times(functions, repeats, progress)
