@@ -131,3 +131,24 @@ def memory_hierarchy(png_dir=None):
     text(ax, 7.25, 0.85, "the scores never reach HBM in the tiled form;", size=SMALL)
     text(ax, 7.25, 0.55, "the naive form moves 4 T·S numbers through it", size=SMALL)
     save(fig, "memory_hierarchy", png_dir)
+
+
+def split_kv(png_dir=None):
+    """Chapter 9: split-KV decoding: one query, the cache cut into chunks, a partial (m, l, acc) per chunk
+    computed in parallel, then one exact merge."""
+    fig, ax = new_figure(10.0, 4.0)
+    box(ax, 0.85, 3.3, 1.2, 0.6, "query q\n(one token)", style="query", size=SMALL)
+    text(ax, 5.9, 3.8, "the cached keys and values, S positions, cut into 4 chunks", size=SMALL)
+    xs = (3.05, 4.95, 6.85, 8.75)
+    ranges = ("0 … S/4 − 1", "S/4 … S/2 − 1", "S/2 … 3S/4 − 1", "3S/4 … S − 1")
+    for c, (x, span) in enumerate(zip(xs, ranges, strict=True)):
+        box(ax, x, 3.3, 1.75, 0.6, f"K, V positions\n{span}", style="key", size=SMALL)
+        box(ax, x, 1.95, 1.75, 0.75, f"partial {c + 1}:\nm, l, acc", style="query_strong", size=SMALL)
+        arrow(ax, (x, 3.0), (x, 2.33))
+        arrow(ax, (x, 1.57), (5.9, 0.95))
+    arrow(ax, (1.45, 3.3), (2.17, 3.3))
+    text(ax, 0.95, 2.05, "q meets every\nchunk; one thread\nblock per chunk,\nin parallel", size=SMALL,
+         linespacing=1.3)
+    box(ax, 5.9, 0.6, 5.4, 0.7, "merge: m = max of the m's; rescale each l and acc by exp(m_c − m), add;\n"
+        "output = acc / l (exact, in any order)", style="tensor", size=SMALL)
+    save(fig, "split_kv", png_dir)
