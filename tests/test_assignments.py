@@ -172,6 +172,14 @@ WRONG = {
                                                        @ v[i:i + block] for i in range(0, len(k), block))
                             / len(range(0, len(k), block)),
                             r"you averaged the blocks' outputs"),
+    "ch9.causal_tiles": (lambda q, k, v, block: (torch.softmax((q @ k.T / q.shape[1] ** 0.5).masked_fill(
+                             ~torch.ones(len(q), len(k), dtype=torch.bool).tril(), float("-inf")), -1) @ v, 0),
+                         r"your mask is top-left: the queries are the last T positions"),
+    "ch9.tiled_backward": (lambda q, k, v, o, lse, d_o, block: (
+        (torch.exp(q @ k.T / q.shape[1] ** 0.5 - lse[:, None]) * (d_o @ v.T)) @ k / q.shape[1] ** 0.5,
+        (torch.exp(q @ k.T / q.shape[1] ** 0.5 - lse[:, None]) * (d_o @ v.T)).T @ q / q.shape[1] ** 0.5,
+        torch.exp(q @ k.T / q.shape[1] ** 0.5 - lse[:, None]).T @ d_o),
+        r"dZ = P ∘ dP misses the softmax's Jacobian"),
     "ch4.padding_mask": (lambda lengths, S: torch.arange(S) <= lengths[:, None],
                          r"sequence \d+ has length \d+: your mask lets queries see padded position \d+"),
     "ch6.forward_from_h5": (lambda datasets, tokens: _no_mask_forward(datasets, tokens),
@@ -424,3 +432,42 @@ def test_the_student_edition_has_no_solutions_and_its_buttons_open_student_noteb
     bare = assignments.make_student_edition(root, tmp_path / "bare")
     config = (tmp_path / "bare" / "_config.yml").read_text()
     assert 'colab_url: ""' in config and "use_repository_button: false" in config and bare
+
+
+def _running_max_and_sum_unguarded(x, block):
+    """Chapter 9's running statistics without the −∞ guard: a first block of masked keys gives NaN."""
+    m, total = -float("inf"), 0.0
+    for start in range(0, len(x), block):
+        m_new = max(m, float(x[start:start + block].max()))
+        total = total * np.exp(m - m_new) + float(torch.exp(x[start:start + block] - m_new).sum())
+        m = m_new
+    return m, total
+
+
+def _merge_partials_unguarded(m_a, l_a, acc_a, m_b, l_b, acc_b):
+    """Chapter 9's merge without the −∞ guard: two empty partials give exp(−∞ + ∞) = NaN."""
+    m = torch.maximum(m_a, m_b)
+    scale_a, scale_b = torch.exp(m_a - m), torch.exp(m_b - m)
+    return m, l_a * scale_a + l_b * scale_b, acc_a * scale_a + acc_b * scale_b
+
+
+@pytest.mark.parametrize(("name", "function"), [("ch9.running_max_and_sum", _running_max_and_sum_unguarded),
+                                                ("ch9.merge_partials", _merge_partials_unguarded)])
+def test_ch9_graders_refuse_code_without_the_guard(name, function):
+    """Issue 44: the graders once passed these, which give NaN on masked or empty blocks."""
+    result = checks.evaluate(name, function)
+    assert not result.passed
+    assert re.search(r"NaN.*subtract 0", result.message), result.message
+
+
+def test_ch9_causal_tiles_grader_counts_skipped_tiles():
+    """The right output from every tile, the future included, is told to skip (issue 44)."""
+    def every_tile(q, k, v, block):
+        T, S = len(q), len(k)
+        mask = torch.ones(T, S, dtype=torch.bool).tril(S - T)
+        out = torch.softmax((q @ k.T / q.shape[1] ** 0.5).masked_fill(~mask, float("-inf")), -1) @ v
+        return out, -(-T // block) * -(-S // block)
+
+    result = checks.evaluate("ch9.causal_tiles", every_tile)
+    assert not result.passed
+    assert re.search(r"you computed all \d+ tiles .* only \d+ touch the causal past", result.message), result.message
