@@ -81,10 +81,10 @@ def _no_mask_forward(datasets, tokens):
 
 def _two_layers_with(datasets, tokens, group):
     """Two attention layers that both read `group` (a wrong answer when it is the first one)."""
-    from attention_book.course.checks.ch06 import attention_layer, read_out
+    from attention_book.course.checks.ch06 import read_out, residual
 
     w = _named(datasets, group)
-    return read_out(w, attention_layer(w, attention_layer(w, w["embedding"][tokens])))
+    return read_out(w, residual(w, residual(w, w["embedding"][tokens])))
 
 
 # A deliberately wrong solution for every check, and the feedback it must get.

@@ -148,10 +148,15 @@ def check_padded(padded_forward, seed: int = 0) -> str | None:
 TWO_LAYER = "layers/multi_head_attention_1"
 
 
+def residual(w: dict, x: np.ndarray) -> np.ndarray:
+    """x + one causal MultiHeadAttention of x: a residual connection around the layer, (B, T, E)."""
+    return x + attention_layer(w, x)
+
+
 def check_two_layers(two_layer_forward, seed: int = 0) -> str | None:
-    """Chapter 6: a model Embedding -> MultiHeadAttention -> MultiHeadAttention -> Dense(softmax), both
-    attentions causal, from its `.weights.h5` datasets; Keras names the second attention's group
-    `multi_head_attention_1`."""
+    """Chapter 6: a model Embedding -> x + MultiHeadAttention(x) -> x + MultiHeadAttention(x) ->
+    Dense(softmax), both attentions causal, from its `.weights.h5` datasets; Keras names the second
+    attention's group `multi_head_attention_1`."""
     rng = np.random.default_rng([seed, 26])
     for _ in range(CASES):
         config = random_config(rng)
@@ -164,18 +169,20 @@ def check_two_layers(two_layer_forward, seed: int = 0) -> str | None:
         B, T = (int(n) for n in rng.integers(1, 4, size=2))
         tokens = rng.integers(0, config.vocab_size, size=(B, T + 1))
         x = first["embedding"][tokens]
-        expected = read_out(first, attention_layer(second, attention_layer(first, x)))
+        expected = read_out(first, residual(second, residual(first, x)))
         got = np.asarray(two_layer_forward(dict(datasets), tokens.copy()))
         if problem := shape_problem(got, expected.shape, "the probabilities"):
             return problem + " (B, T, V)"
         if np.allclose(got, expected, atol=1e-6):
             continue
-        if np.allclose(got, read_out(first, attention_layer(first, attention_layer(first, x))), atol=1e-6):
+        if np.allclose(got, read_out(first, attention_layer(second, attention_layer(first, x))), atol=1e-6):
+            return "the residual connections are missing: each attention's output is added to its input"
+        if np.allclose(got, read_out(first, residual(first, residual(first, x))), atol=1e-6):
             return f"both attention layers used the arrays of layers/multi_head_attention; the second is " \
                    f"{TWO_LAYER} (Keras numbers a class's second layer _1)"
-        if np.allclose(got, read_out(first, attention_layer(second, attention_layer(second, x))), atol=1e-6):
+        if np.allclose(got, read_out(first, residual(second, residual(second, x))), atol=1e-6):
             return f"both attention layers used {TWO_LAYER}; the first is layers/multi_head_attention"
-        if np.allclose(got, read_out(first, attention_layer(first, attention_layer(second, x))), atol=1e-6):
+        if np.allclose(got, read_out(first, residual(first, residual(second, x))), atol=1e-6):
             return f"the layers are in the wrong order: {TWO_LAYER} is the second attention, applied after the first"
         wrong = np.argwhere(~np.isclose(got, expected, atol=1e-6))[0]
         return f"probabilities{list(int(i) for i in wrong)} are {got[tuple(wrong)]:.4f}, " \
