@@ -4,6 +4,7 @@ solutions. Sandboxed grading and its cheats: test_grading.py."""
 import re
 
 import nbformat
+import numpy as np
 import pytest
 import torch
 
