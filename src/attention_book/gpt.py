@@ -7,6 +7,7 @@ by the fingerprints stored in `data/gpt_corpus.json`, so the corpus (and every n
 the same on any of them. `scripts/train_gpt.py` trains it; the weights and curves are stored beside.
 """
 
+import collections
 import hashlib
 import json
 import math
@@ -297,11 +298,9 @@ def sample(model: Decoder, prompt: torch.Tensor, max_new_tokens: int, temperatur
     def tempered_and_filtered(logits):  # (B, V) -> (B, V)
         return top_k_top_p(logits / scale, top_k, top_p)
 
-    tokens = prompt
-    for tokens in generate_steps(model, prompt, max_new_tokens, use_cache, 1.0 if temperature > 0 else 0.0,
-                                 generator, process=tempered_and_filtered):
-        pass
-    return tokens
+    steps = generate_steps(model, prompt, max_new_tokens, use_cache, 1.0 if temperature > 0 else 0.0, generator,
+                           process=tempered_and_filtered)
+    return collections.deque(steps, maxlen=1)[0] if max_new_tokens else prompt  # the last step's sequence
 
 
 # The heads: their maps, and what the model loses without them.
