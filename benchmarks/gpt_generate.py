@@ -3,7 +3,8 @@
 The stored model of scripts/train_gpt.py continues a one-character prompt to the end of its context
 (127 new characters), greedily, with the cache (one new position per step) and without it (the whole
 sequence every step). The two take turns, ROUNDS times, after one warm-up each; every repeat is stored,
-so the chapter can quote the median and the range.
+so the chapter can quote the median and the range. It also times single forward calls of 1 and of
+all 128 positions, taking turns, to show what one step costs at this size.
 
 Run from the repository root (about a minute on a 2-core CPU):  .venv/bin/python benchmarks/gpt_generate.py
 The result goes to src/attention_book/data/gpt_generate_cpu.json, which chapter 12 quotes.
@@ -20,6 +21,26 @@ from attention_book.measure import machine, save_result
 
 ROUNDS = 11
 THREADS = 1  # one thread: on a shared 2-core machine two threads wait for each other (see gpt2_generate.py)
+
+
+FORWARD_REPEATS = 101  # single forward calls: short, so many
+
+
+@torch.inference_mode()
+def forward_times(model, prompt) -> dict[str, list[float]]:
+    """Seconds of one forward call on 1 position and on the whole context, taking turns: what a step costs
+    with the cache (one position) against the most a step costs without it (every position)."""
+    T = model.config.context_length
+    inputs = {"1": prompt[:, :1], str(T): prompt[:, :1].repeat(1, T)}  # (1, 1) and (1, T)
+    times = {n: [] for n in inputs}
+    for repeat in range(FORWARD_REPEATS + 1):  # repeat 0 warms up and is not kept
+        for n, tokens in inputs.items():
+            start = perf_counter()
+            model(tokens)
+            seconds = perf_counter() - start
+            if repeat:
+                times[n].append(seconds)
+    return times
 
 
 def main() -> None:
@@ -39,15 +60,20 @@ def main() -> None:
                 raise AssertionError(f"generation {mode} produced other tokens")
             if round_:
                 runs[mode].append(seconds)
+    forward = forward_times(model, prompt)
     summary = {mode: {"median": statistics.median(s), "min": min(s), "max": max(s)} for mode, s in runs.items()}
     ratios = [u / c for u, c in zip(runs["uncached"], runs["cached"], strict=True)]  # per round: same moment
     result = {"machine": machine() | {"note": "measured on a shared machine under load from other jobs"},
               "prompt_length": prompt.shape[-1], "new_tokens": new_tokens, "rounds": ROUNDS, "seconds": runs,
-              "summary": summary, "speedup_per_round": ratios}
+              "summary": summary, "speedup_per_round": ratios,
+              "forward_seconds": forward,  # one forward call of 1 and of T positions, FORWARD_REPEATS each
+              "forward_median": {n: statistics.median(s) for n, s in forward.items()}}
     save_result(result, "gpt_generate_cpu", "src/attention_book/data")
     for mode, s in summary.items():
         print(f"{mode:9} median {s['median'] * 1e3:6.1f} ms (range {s['min'] * 1e3:.1f} to {s['max'] * 1e3:.1f}) "
               f"for {new_tokens} tokens")
+    for n, s in result["forward_median"].items():
+        print(f"one forward of {n:>3} positions: median {s * 1e3:.2f} ms")
     print(f"speed-up per round: median {statistics.median(ratios):.2f}, range {min(ratios):.2f} to {max(ratios):.2f}")
 
 

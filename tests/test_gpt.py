@@ -151,6 +151,30 @@ def test_sampling_with_the_cache_gives_the_same_tokens(trained):
         gpt.sample(model, prompt, model.config.context_length)
 
 
+def test_sampling_tempers_before_it_filters_as_hugging_face_does(trained):
+    """Temperature first, then top-k, then top-p: at τ = 0.5 the nucleus of p = 0.8 is that of the tempered
+    distribution (filtering the raw logits first keeps more tokens), drawn by the same generator."""
+    model, stored = trained
+    prompt = gpt.encode("The ", stored["vocabulary"])[None]
+    temperature, top_k, top_p = 0.5, 20, 0.8
+    sampled = gpt.sample(model, prompt, 30, temperature, top_k, top_p, generator=torch.Generator().manual_seed(5))
+    generator, tokens = torch.Generator().manual_seed(5), prompt
+    with torch.no_grad():
+        for _ in range(30):
+            logits = model(tokens)[:, -1] / temperature  # (1, V)
+            kth = logits.topk(top_k).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+            ranked, order = logits.sort(descending=True)
+            p = ranked.softmax(-1)
+            keep = (p.cumsum(-1) - p) < top_p  # the mass ranked above is still below p
+            logits = torch.full_like(logits, float("-inf")).scatter(-1, order[keep][None], ranked[keep][None])
+            tokens = torch.cat([tokens, torch.multinomial(logits.softmax(-1), 1, generator=generator)], -1)
+    assert torch.equal(sampled, tokens)
+    raw = torch.tensor([[2.0, 1.0, 0.0, -1.0]])  # the order matters for top-p
+    assert torch.isfinite(gpt.top_k_top_p(raw, top_p=0.8)).sum() == 2  # filtered untempered
+    assert torch.isfinite(gpt.top_k_top_p(raw / 0.5, top_p=0.8)).sum() == 1  # tempered first
+
+
 def test_ablated_head_writes_exactly_nothing_and_the_hook_goes_away():
     gen = torch.Generator().manual_seed(0)
     mha = random_attention(gen, 8, 4)

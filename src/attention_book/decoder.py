@@ -136,16 +136,19 @@ def next_token(logits: torch.Tensor, temperature: float = 0.0, generator: torch.
 
 @torch.inference_mode()
 def generate_steps(model: Decoder, prompt: torch.Tensor, max_new_tokens: int, use_cache: bool = True,
-                   temperature: float = 0.0, generator: torch.Generator | None = None):
+                   temperature: float = 0.0, generator: torch.Generator | None = None, process=None):
     """Continue `prompt` (B, T0) one token at a time, yielding the sequence (B, T0 + i) after step i (chapter 7).
 
     With the cache, the prompt is run once (prefill) and every later step feeds only the newest token
-    (decode); without it every step runs the whole sequence.
+    (decode); without it every step runs the whole sequence. `process`, if given, maps each step's logits
+    (B, V) to the logits the token is drawn from (chapter 12's temperature and top-k/top-p).
     """
     caches = model.new_caches() if use_cache else None
     tokens, fresh = prompt, prompt  # fresh: the positions the model has not seen yet
     for _ in range(max_new_tokens):
         logits = model(fresh if use_cache else tokens, caches)[:, -1]  # (B, V): the last position only
+        if process is not None:
+            logits = process(logits)  # (B, V)
         chosen = next_token(logits, temperature, generator)  # (B, 1)
         tokens = torch.cat([tokens, chosen], dim=-1)  # (B, T + 1)
         fresh = chosen

@@ -7,6 +7,7 @@ by the fingerprints stored in `data/gpt_corpus.json`, so the corpus (and every n
 the same on any of them. `scripts/train_gpt.py` trains it; the weights and curves are stored beside.
 """
 
+import collections
 import hashlib
 import json
 import math
@@ -18,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from .causal import causal_mask
-from .decoder import Decoder, DecoderConfig, next_token, validate_generation, validate_tokens
+from .decoder import Decoder, DecoderConfig, generate_steps, validate_generation, validate_tokens
 from .multihead import head_weights
 
 DATA = resources.files("attention_book").joinpath("data")
@@ -166,11 +167,12 @@ def evaluate(model: Decoder, ids: torch.Tensor, config: GPTTrainConfig) -> float
 
 
 def optimizer(model: Decoder, config: GPTTrainConfig) -> torch.optim.AdamW:
-    """AdamW with weight decay on the matrices and none on biases, norms and vectors (as nanoGPT)."""
+    """AdamW, decaying the matrices only (not biases, norms), as nanoGPT."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     rest = [p for p in model.parameters() if p.dim() < 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": config.weight_decay},
-                              {"params": rest, "weight_decay": 0.0}], lr=config.learning_rate,
+    groups = [{"params": decay, "weight_decay": config.weight_decay},
+              {"params": rest, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=config.learning_rate,
                              betas=(0.9, 0.95))
 
 
@@ -210,12 +212,19 @@ def _train(text: str, config: GPTTrainConfig, progress) -> tuple[Decoder, dict]:
         for group in adamw.param_groups:
             group["lr"] = learning_rate(step, config)
         inputs, targets = random_windows(train_ids, config.batch_size, config.context_length, batches)
-        loss = next_token_loss(model(inputs), targets)  # every position of every window
-        adamw.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        adamw.step()
+        train_step(model, adamw, inputs, targets)
     return model.eval(), curves
+
+
+def train_step(model: Decoder, adamw: torch.optim.Optimizer,
+               inputs: torch.Tensor, targets: torch.Tensor) -> float:
+    """One optimiser step on inputs and targets (B, T): the loss (nats)."""
+    loss = next_token_loss(model(inputs), targets)  # every position
+    adamw.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # norm <= 1
+    adamw.step()
+    return loss.item()
 
 
 def initialise(model: Decoder) -> Decoder:
@@ -269,27 +278,29 @@ def top_k_top_p(logits: torch.Tensor, top_k: int | None = None, top_p: float | N
     return logits
 
 
-@torch.inference_mode()
 def sample(model: Decoder, prompt: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
            top_k: int | None = None, top_p: float | None = None, generator: torch.Generator | None = None,
            use_cache: bool = True) -> torch.Tensor:
     """`prompt` (B, T0) continued by sampled tokens -> (B, T0 + max_new_tokens) (chapter 12).
 
-    Chapter 7's generation loop (prefill, then one new token per step through the caches), with the
-    logits filtered by `top_k_top_p` before chapter 7's `next_token` draws from them.
+    Chapter 7's generation loop (`generate_steps`: prefill, then one new token per step through the
+    caches), with each step's logits divided by the temperature and then filtered by `top_k_top_p`, in
+    Hugging Face's order (temperature, top-k, top-p), before chapter 7's `next_token` draws from them.
+    Temperature 0 is greedy.
     """
     validate_generation(prompt, max_new_tokens, temperature, model.config.vocab_size)
     if prompt.shape[-1] + max_new_tokens > model.config.context_length:
         raise ValueError(f"prompt of {prompt.shape[-1]} tokens + max_new_tokens={max_new_tokens} exceed "
                          f"context_length={model.config.context_length}")
-    caches = model.new_caches() if use_cache else None
-    tokens, fresh = prompt, prompt
-    for _ in range(max_new_tokens):
-        logits = model(fresh if use_cache else tokens, caches)[:, -1]  # (B, V)
-        chosen = next_token(top_k_top_p(logits, top_k, top_p), temperature, generator)  # (B, 1)
-        tokens = torch.cat([tokens, chosen], dim=-1)  # (B, T + 1)
-        fresh = chosen
-    return tokens
+    top_k_top_p(torch.zeros(1, 1), top_k, top_p)  # bad top_k / top_p fail here, before any work
+    scale = temperature if temperature > 0 else 1.0  # greedy: the filters keep the most likely token
+
+    def tempered_and_filtered(logits):  # (B, V) -> (B, V)
+        return top_k_top_p(logits / scale, top_k, top_p)
+
+    steps = generate_steps(model, prompt, max_new_tokens, use_cache, 1.0 if temperature > 0 else 0.0, generator,
+                           process=tempered_and_filtered)
+    return collections.deque(steps, maxlen=1)[0] if max_new_tokens else prompt  # the last step's sequence
 
 
 # The heads: their maps, and what the model loses without them.

@@ -46,7 +46,7 @@ def block_variants(block: DecoderBlock, x: torch.Tensor) -> dict[str, torch.Tens
 
 
 BLOCK_FEEDBACK = {
-    "no mask": "position 0 sees later positions: the attention needs the causal mask (True = may attend, j <= i)",
+    "no mask": "position 0 sees later positions: set the scores of keys j > i to -inf before the softmax",
     "exact gelu": "GPT-2's GELU is the tanh approximation: F.gelu(h, approximate='tanh')",
     "post-norm": "that is a post-norm block, norm(x + f(x)); GPT-2 normalises the input of each branch: "
                  "x + f(norm(x))",
