@@ -179,6 +179,17 @@ def test_wrong_solution_gets_specific_feedback(name):
     assert re.search(message, result.message), result.message
 
 
+def test_embed_grader_refuses_indexing_and_accepts_the_product():
+    """ch1-embed asks for a one-hot product: the right rows read by indexing the table are told so."""
+    for shortcut in (lambda ids, table: table[ids], lambda ids, table: table.index_select(0, ids),
+                     lambda ids, table: torch.stack([table[i] for i in ids])):
+        result = checks.evaluate("ch1.embed", shortcut)
+        assert not result.passed and result.message.startswith("right rows, but read by indexing"), result.message
+    product = checks.evaluate("ch1.embed", lambda ids, table: torch.einsum(
+        "tv,vd->td", (ids[:, None] == torch.arange(table.shape[0])).to(table.dtype), table))
+    assert product.passed, product.message
+
+
 def test_padded_attention_grader_tests_an_empty_source():
     """ch4-padded: a source of length 0 gets zeros; the softmax over only −inf (NaN there) is told so."""
     def nan_for_empty(q, k, v, lengths):
