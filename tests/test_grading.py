@@ -275,7 +275,8 @@ def test_a_submission_can_write_only_its_scratch_folder(tmp_path):
 
 # Issue 33: every exercise's own reference, called instead of written, scores nothing.
 CALLS_THE_REFERENCE = {
-    "ch1.embed": "import torch.nn.functional as F\n\n\ndef embed_by_hand(ids, table):\n    return F.embedding(ids, table)\n",
+    "ch1.embed": "import torch.nn.functional as F\n\n\ndef embed_by_hand(ids, table):\n"
+                 "    return F.one_hot(ids, table.shape[0]).to(table.dtype) @ table\n",
     "ch3.mask_to_sdpa": "from attention_book import mask_from_torch\n\n\ndef mask_to_sdpa(attn_mask, key_padding_mask):\n"
                         "    return mask_from_torch(attn_mask, key_padding_mask) == 0\n",
     "ch1.stable_softmax": "import torch\n\n\ndef stable_softmax_by_hand(s):\n    return torch.softmax(s, dim=-1)\n",
