@@ -190,6 +190,17 @@ def test_embed_grader_refuses_indexing_and_accepts_the_product():
     assert product.passed, product.message
 
 
+def test_mqa_grader_refuses_copied_key_value_heads():
+    """ch3-mqa asks for grouped-query attention without copying the shared heads: a repeat is told so."""
+    def repeated(q, k, v):
+        group = q.shape[-3] // k.shape[-3]
+        k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
+        return torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1) @ v
+
+    result = checks.evaluate("ch3.mqa", repeated)
+    assert not result.passed and "the key/value heads were copied (repeat_interleave)" in result.message, result.message
+
+
 def test_padded_attention_grader_tests_an_empty_source():
     """ch4-padded: a source of length 0 gets zeros; the softmax over only −inf (NaN there) is told so."""
     def nan_for_empty(q, k, v, lengths):

@@ -3,7 +3,7 @@ exercise, the function its solution cell defines and what it may not call (see `
 
 import torch
 
-from .common import case_generator, CASES, Check, matches, shape_problem, sizes, value_problem
+from .common import case_generator, CASES, Check, matches, shape_problem, sizes, spy_tensor, value_problem
 
 
 def check_stable_softmax(stable_softmax_by_hand, seed: int = 0) -> str | None:
@@ -61,37 +61,7 @@ def check_embedding_grad(embedding_grad_by_hand, seed: int = 0) -> str | None:
     return None
 
 
-_PRODUCTS = {"__matmul__", "__rmatmul__", "matmul", "mm", "einsum", "tensordot", "linear", "addmm", "mv"}
 _LOOKUPS = {"__getitem__", "index_select", "gather", "take", "take_along_dim", "embedding", "select"}
-
-
-def _spy_table(table: torch.Tensor, log: list):
-    """`table` as a tensor that logs, in `log`, every operation on it or on what is computed from it before a
-    matrix product: ("lookup", name) for an index into it, ("product", name) for a product that uses it."""
-
-    class Spy(torch.Tensor):
-        raw = True  # computed from the table without a product in between
-
-        @classmethod
-        def __torch_function__(cls, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            spies = [a for a in (*args, *kwargs.values()) if isinstance(a, Spy)]
-            raw = any(spy.raw for spy in spies)
-            name = getattr(func, "__name__", "")
-            if raw and name in _LOOKUPS:
-                log.append(("lookup", name))
-            if raw and name in _PRODUCTS:
-                log.append(("product", name))
-            with torch._C.DisableTorchFunctionSubclass():
-                out = func(*args, **kwargs)
-            if isinstance(out, torch.Tensor) and not isinstance(out, torch.nn.Parameter):
-                out = out.as_subclass(Spy)
-                out.raw = raw and name not in _PRODUCTS
-            return out
-
-    spy = table.as_subclass(Spy)
-    spy.raw = True
-    return spy
 
 
 def check_embed(embed_by_hand, seed: int = 0) -> str | None:
@@ -103,13 +73,13 @@ def check_embed(embed_by_hand, seed: int = 0) -> str | None:
         table = torch.randn(V, d, generator=gen)
         ids = torch.randint(0, V, (T,), generator=gen)
         log = []
-        got = embed_by_hand(ids, _spy_table(table.clone(), log))
+        got = embed_by_hand(ids, spy_tensor(table.clone(), log, _LOOKUPS))
         if isinstance(got, torch.Tensor):
             got = got.as_subclass(torch.Tensor)
         expected = table[ids]
         if problem := value_problem(got, expected, f"the embeddings of ids {ids.tolist()} ({V} × {d} table)"):
             return problem + "; position t gets row ids[t] of the table"
-        if lookups := [name for kind, name in log if kind == "lookup"]:
+        if lookups := [name for kind, name in log if kind == "flagged"]:
             return (f"right rows, but read by indexing the table ({lookups[0]}): the exercise asks for the "
                     "one-hot matrix (T, V) times the table, the form that shows an embedding is a linear layer")
         if not any(kind == "product" for kind, _ in log):
