@@ -8,7 +8,7 @@ Run from the repository root:  .venv/bin/python scripts/train_small_models.py
 With the argument `heads` it runs only chapter 3's one-head experiment instead: the look-back model with
 H = 1 head of width 32 (same E, data, seed and Adam settings as the stored two-head one), trained for 3,000
 steps and measured after 300, 1,000, 2,000 and 3,000, written to src/attention_book/data/lookback_heads.json
-(about 20 s on a quiet core; the accuracies do not depend on the machine's load).
+(the JSON records the seconds of the stored run, on the shared machine; the accuracies do not depend on its load).
 (About 3 s each, 8 s for the whole script, on a quiet 2-core machine, where a rerun reproduced the stored
 weights bit for bit. The stored run itself took 126 s and 314 s on that machine shared at a load average of
 17: trained_small.json records the seconds of the run that made the stored weights.)
