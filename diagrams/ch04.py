@@ -1,5 +1,6 @@
 """Chapter 4's diagrams (cross_attention.svg, encoder_decoder.svg), drawn by diagrams/draw.py."""
 
+from matplotlib.patches import Rectangle
 from primitives import FONT, MUTED, SMALL, arrow, box, cell_grid, legend_item, new_figure, outline, save, text
 
 
@@ -88,19 +89,19 @@ def encoder_decoder(png_dir=None):
     xe, xd, w = 2.3, 7.4, 3.4  # the encoder's and the decoder's columns
     text(ax, 0.2, 7.6, "An encoder–decoder: the decoder's cross-attention reads the encoder's output",
          size=FONT, ha="left", weight="bold")
-    text(ax, 0.2, 7.3, "One layer each; residual connections and LayerNorm are left out. With N decoder layers, "
+    text(ax, 0.2, 7.3, "Residual connections and LayerNorm are left out. The dashed decoder layer repeats N times: "
          "the same memory\nfeeds every layer's cross-attention, and each layer projects it with its own W_key, W_value",
          size=SMALL, ha="left", color=MUTED, va="top", linespacing=1.35)
-    box(ax, xe, 0.55, w, 0.55, "source tokens (B, S)\n(the chapter's second sequence, S = 8)", style="tensor",
-        size=SMALL)
+    box(ax, xe, 0.55, w, 0.55, "source tokens (B, S)", style="tensor", size=SMALL)
     arrow(ax, (xe, 0.83), (xe, 1.3))
     box(ax, xe, 1.6, w, 0.55, "embedding + positions", style="layer", size=SMALL)
     arrow(ax, (xe, 1.88), (xe, 2.35))
     box(ax, xe, 2.75, w, 0.75, "self-attention\n(every source token sees all)", style="key", size=SMALL)
     arrow(ax, (xe, 3.13), (xe, 3.6))
     box(ax, xe, 3.9, w, 0.55, "feed-forward", style="layer", size=SMALL)
-    arrow(ax, (xe, 4.18), (xe, 4.65))
-    box(ax, xe, 5.0, w, 0.65, "memory: the final encoder\noutput (B, S, E)", style="key_strong", size=SMALL)
+    arrow(ax, (xe, 4.18), (xe, 4.62))
+    box(ax, xe, 5.05, w, 0.85, "memory: the final encoder output\n(B, S, E); the chapter's second\n"
+        "sequence (S = 8) stands in for it", style="key_strong", size=SMALL)
     text(ax, xe, 6.35, "encoder: runs once", size=FONT, weight="bold")
     text(ax, xe, 6.05, "over the whole source", size=SMALL, color=MUTED)
 
@@ -108,6 +109,9 @@ def encoder_decoder(png_dir=None):
         size=SMALL)
     arrow(ax, (xd, 0.83), (xd, 1.3))
     box(ax, xd, 1.6, w, 0.55, "embedding + positions", style="layer", size=SMALL)
+    ax.add_patch(Rectangle((xd - w / 2 - 0.12, 2.26), w + 0.24, 3.04, fill=False, edgecolor=MUTED,
+                           linewidth=1.2, linestyle=(0, (4, 3))))  # one decoder layer, repeated N times
+    text(ax, xd + w / 2 + 0.45, 3.8, "× N\nlayers", size=FONT, weight="bold", linespacing=1.3)
     arrow(ax, (xd, 1.88), (xd, 2.35))
     box(ax, xd, 2.75, w, 0.75, "causal self-attention\n(no peeking at later targets)", style="query", size=SMALL)
     arrow(ax, (xd, 3.13), (xd, 3.5))

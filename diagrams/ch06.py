@@ -47,8 +47,9 @@ def keras_decoder_flow(png_dir=None):
     cell = 0.13
     cell_grid(ax, 0.55, y_s + 2 * cell, 4, 4, cell, lambda i, j: "query" if j <= i else "blocked", linewidth=0.6)
     text(ax, 0.81, y_s + 0.48, "causal mask (T, T)", size=SMALL)
-    text(ax, 0.81, y_s - 0.5, "blocked where j > i", size=SMALL)
-    arrow(ax, (1.2, y_s), (x_s - 1.25, y_s), label="+", side="above", offset=0.03)
+    text(ax, 0.81, y_s - 0.5, "blocked (j > i): score", size=SMALL)
+    text(ax, 0.81, y_s - 0.75, "replaced by −∞", size=SMALL)
+    arrow(ax, (1.2, y_s), (x_s - 1.25, y_s))
     arrow(ax, (x_s, y_s - th / 2), (x_s, y_w + th / 2), label="softmax over keys")
     box(ax, x_s, y_w, 2.5, th, "weights  (B, H, T, T)")
 

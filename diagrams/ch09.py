@@ -3,7 +3,7 @@
 from matplotlib import patheffects
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
-from primitives import DIAGONAL, FONT, INK, MUTED, SMALL, cell_grid, new_figure, save, text
+from primitives import DIAGONAL, FONT, INK, MUTED, SMALL, arrow, box, cell_grid, new_figure, save, text
 
 
 FULL, MASKED, SKIPPED = "full", "masked", "skipped"
@@ -91,7 +91,7 @@ def tile_schedule(png_dir=None):
     text(ax, 6.0 + 1.2, top - 1.2 - 0.35, "the diagonal starts S − T = 4 keys", size=SMALL)
     text(ax, 6.0 + 1.2, top - 1.2 - 0.62, "(2 key blocks) to the right:", size=SMALL)
     text(ax, 6.0 + 1.2, top - 1.2 - 0.89, "bottom-right alignment, as in chapter 5", size=SMALL)
-    _tile_panel(ax, 10.1, top, 8, 8, block, c, "(c) the backward, T = S = 8", "key blocks outer (FlashAttention-2)",
+    _tile_panel(ax, 10.1, top, 8, 8, block, c, "(c) the backward, T = S = 8", "key blocks outer (FA1 and FA2)",
                 walk="columns")
 
     # Legend: one tile of each kind, the diagonal and the walk.
@@ -110,3 +110,45 @@ def tile_schedule(png_dir=None):
          "blocks that see it, from the diagonal, recomputing P from the log-sum-exp and summing dK and dV in place; "
          "dQ is added to per tile.", size=SMALL, ha="left", linespacing=1.4)
     save(fig, "tile_schedule", png_dir)
+
+
+def memory_hierarchy(png_dir=None):
+    """Chapter 9: a GPU's memories (FlashAttention's Figure 1, A100 figures) and what each form of attention
+    writes to the slow one."""
+    fig, ax = new_figure(10.0, 4.2)
+    text(ax, 2.3, 3.95, "(a) an A100's memories (Dao et al., 2022)", size=FONT)
+    for y, w, style, label in ((3.15, 2.4, "query_strong", "SRAM, on chip: 192 KB per SM\n× 108 SMs, about 19 TB/s"),
+                               (1.95, 3.4, "key", "HBM, GPU memory: 40–80 GB,\n1.5–2.0 TB/s"),
+                               (0.75, 4.3, "tensor", "CPU DRAM: 1 TB and more,\nabout 12.8 GB/s")):
+        box(ax, 2.3, y, w, 0.95, label, style=style, size=SMALL)
+    text(ax, 7.35, 3.95, "(b) what each form moves through HBM", size=FONT)
+    box(ax, 5.85, 3.05, 2.3, 0.9, "naive: writes Z and P,\nT × S each, reads both back", style="key", size=SMALL)
+    box(ax, 8.65, 3.05, 2.3, 0.9, "tiled: reads Q, K, V tiles,\nwrites O and L once", style="key", size=SMALL)
+    box(ax, 8.65, 1.6, 2.3, 0.9, "a tile of z, p and the\nrunning m, l, acc: in SRAM", style="query_strong",
+        size=SMALL)
+    arrow(ax, (8.35, 2.6), (8.35, 2.05))
+    arrow(ax, (8.95, 2.05), (8.95, 2.6))
+    text(ax, 7.25, 0.85, "the scores never reach HBM in the tiled form;", size=SMALL)
+    text(ax, 7.25, 0.55, "the naive form moves 4 T·S numbers through it", size=SMALL)
+    save(fig, "memory_hierarchy", png_dir)
+
+
+def split_kv(png_dir=None):
+    """Chapter 9: split-KV decoding: one query, the cache cut into chunks, a partial (m, l, acc) per chunk
+    computed in parallel, then one exact merge."""
+    fig, ax = new_figure(10.0, 4.0)
+    box(ax, 0.85, 3.3, 1.2, 0.6, "query q\n(one token)", style="query", size=SMALL)
+    text(ax, 5.9, 3.8, "the cached keys and values, S positions, cut into 4 chunks", size=SMALL)
+    xs = (3.05, 4.95, 6.85, 8.75)
+    ranges = ("0 … S/4 − 1", "S/4 … S/2 − 1", "S/2 … 3S/4 − 1", "3S/4 … S − 1")
+    for c, (x, span) in enumerate(zip(xs, ranges, strict=True)):
+        box(ax, x, 3.3, 1.75, 0.6, f"K, V positions\n{span}", style="key", size=SMALL)
+        box(ax, x, 1.95, 1.75, 0.75, f"partial {c + 1}:\nm, l, acc", style="query_strong", size=SMALL)
+        arrow(ax, (x, 3.0), (x, 2.33))
+        arrow(ax, (x, 1.57), (5.9, 0.95))
+    arrow(ax, (1.45, 3.3), (2.17, 3.3))
+    text(ax, 0.95, 2.05, "q meets every\nchunk; one thread\nblock per chunk,\nin parallel", size=SMALL,
+         linespacing=1.3)
+    box(ax, 5.9, 0.6, 5.4, 0.7, "merge: m = max of the m's; rescale each l and acc by exp(m_c − m), add;\n"
+        "output = acc / l (exact, in any order)", style="tensor", size=SMALL)
+    save(fig, "split_kv", png_dir)

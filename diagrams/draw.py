@@ -1,4 +1,4 @@
-"""Explanatory diagrams for chapters 1-11 of "Attention from scratch", drawn with matplotlib.
+"""Explanatory diagrams for chapters 1-12 of "Attention from scratch", drawn with matplotlib.
 
 Writes one SVG per diagram into chapters/figures/:
 
@@ -13,12 +13,15 @@ Writes one SVG per diagram into chapters/figures/:
     keras_decoder_flow.svg           (chapter 6)  the Keras decoder's data flow, with the saved weights' h5 names
     kv_cache_decode_step.svg         (chapter 7)  one decode step: what is computed, what is read from the cache
     tile_schedule.svg                (chapter 9)  which tiles tiled attention computes fully, masks or skips
+    memory_hierarchy.svg             (chapter 9)  a GPU's SRAM and HBM, and what naive and tiled attention move
+    split_kv.svg                     (chapter 9)  split-KV decoding: chunks of the cache, partials, one exact merge
     rope_rotation.svg                (chapter 10)  RoPE turns a q/k feature pair by its position; the angle sees m − n
     induction_circuit.svg            (chapter 11)  a previous-token head and an induction head copy the token after A
     k_composition_ablation.svg       (chapter 11)  the path ablation: head 3's output taken out of layer 2's keys only
     transformer_block.svg            (chapter 3)  where multi-head attention sits in a transformer block
     encoder_decoder.svg              (chapter 4)  an encoder-decoder: the encoder's keys and values serve every step
     latent_attention.svg             (chapter 8)  multi-head latent attention at a decode step, absorbed form
+    gpt_stack.svg                    (chapter 12) the GPT chapter 12 assembles, one Block opened, every shape
 
 Each chapter's drawings live in a module of their own, diagrams/ch01.py ... ch11.py, beside the shared
 primitives (diagrams/primitives.py: palette, boxes, arrows, the layout check, deterministic saving);
@@ -53,16 +56,17 @@ from ch05 import causal_mask_alignments
 from ch06 import keras_decoder_flow
 from ch07 import kv_cache_decode_step
 from ch08 import block_table, grouped_query_heads, latent_attention, ring_buffer
-from ch09 import tile_schedule
+from ch09 import memory_hierarchy, split_kv, tile_schedule
 from ch10 import rope_rotation
 from ch11 import induction_circuit, k_composition_ablation
+from ch12 import gpt_stack
 from intro import encoder_bottleneck, soft_alignment
 from primitives import FIGURES, plt
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # the package, also when not installed
 from attention_book.notebook_form import attach_figures  # noqa: E402
 
-DIAGRAMS = (encoder_bottleneck, soft_alignment, embedding_lookup, one_query_walk, scaled_dot_product_attention, multihead_split_merge, cross_attention, causal_mask_alignments, keras_decoder_flow, kv_cache_decode_step, grouped_query_heads, ring_buffer, block_table, tile_schedule, rope_rotation, induction_circuit, k_composition_ablation, transformer_block, encoder_decoder, latent_attention)
+DIAGRAMS = (encoder_bottleneck, soft_alignment, embedding_lookup, one_query_walk, scaled_dot_product_attention, multihead_split_merge, cross_attention, causal_mask_alignments, keras_decoder_flow, kv_cache_decode_step, grouped_query_heads, ring_buffer, block_table, tile_schedule, memory_hierarchy, split_kv, rope_rotation, induction_circuit, k_composition_ablation, transformer_block, encoder_decoder, latent_attention, gpt_stack)
 
 
 def main():

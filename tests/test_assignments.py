@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 import torch
 
+import attention_book.multihead
 from attention_book.course import checks, notebooks as assignments
+from attention_book.course.checks import ch12
 from attention_book.notebook_form import label_of
 from attention_book.keras_decoder import KerasDecoderConfig, decoder_forward, keras_weight_map
-from attention_book.positions import apply_rope, sinusoidal_shift
+from attention_book.positions import apply_rope
 from conftest import NOTEBOOKS
 
 
@@ -82,14 +84,43 @@ def _no_mask_forward(datasets, tokens):
 
 def _two_layers_with(datasets, tokens, group):
     """Two attention layers that both read `group` (a wrong answer when it is the first one)."""
-    from attention_book.course.checks.ch06 import attention_layer, read_out
+    from attention_book.course.checks.ch06 import read_out, residual
 
     w = _named(datasets, group)
-    return read_out(w, attention_layer(w, attention_layer(w, w["embedding"][tokens])))
+    return read_out(w, residual(w, residual(w, w["embedding"][tokens])))
+
+
+def _block(weights, num_heads):
+    """Chapter 7's DecoderBlock holding `weights` (chapter 12's exercise passes a block's state dict)."""
+    from attention_book.decoder import DecoderBlock, DecoderConfig
+
+    E = weights["norm1.weight"].shape[0]
+    block = DecoderBlock(DecoderConfig(vocab_size=2, context_length=8, embed_dim=E, num_heads=num_heads,
+                                       num_layers=1))
+    block.load_state_dict(weights)
+    return block
+
+
+def _attention(weights, num_heads):
+    """Chapter 3's MultiHeadAttention holding `weights`."""
+    mha = attention_book.multihead.MultiHeadAttention(weights["q_proj.weight"].shape[1], num_heads)
+    mha.load_state_dict(weights)
+    return mha
 
 
 # A deliberately wrong solution for every check, and the feedback it must get.
 WRONG = {
+    "ch12.block": (lambda x, w, H: ch12.block_variants(_block(w, H), x)["post-norm"],
+                   r"that is a post-norm block, norm\(x \+ f\(x\)\)"),
+    "ch12.lm_loss": (lambda logits, tokens: -logits.log_softmax(-1).gather(-1, tokens[..., None]).mean(),
+                     r"position t is scored on token t, which it already sees"),
+    "ch12.filter_logits": (lambda logits, k, p: logits.masked_fill(torch.zeros_like(logits, dtype=torch.bool).scatter(
+        -1, logits.sort(-1, descending=True).indices, logits.sort(-1, descending=True).values.softmax(-1).cumsum(-1)
+        > p), float("-inf")) if p is not None else logits if k is None else
+        logits.masked_fill(logits < logits.topk(k).values[:, -1:], float("-inf")),
+        r"the token whose probability carries the running sum past p must be kept too"),
+    "ch12.without_head": (lambda x, w, H, head: ch12.attention_without(_attention(w, H), x, [head], bias=False),
+                          r"W\^O's bias belongs to no head"),
     "ch1.embed": (lambda ids, table: table[: len(ids)], r"the embeddings of ids .*; position t gets row ids\[t\]"),
     "ch3.mask_to_sdpa": (lambda attn_mask, key_padding_mask: attn_mask[None, None] | key_padding_mask[:, None, None, :],
                          r"the convention is flipped: nn.MultiheadAttention's True means blocked"),
@@ -143,12 +174,20 @@ WRONG = {
                                                        @ v[i:i + block] for i in range(0, len(k), block))
                             / len(range(0, len(k), block)),
                             r"you averaged the blocks' outputs"),
+    "ch9.causal_tiles": (lambda q, k, v, block: (torch.softmax((q @ k.T / q.shape[1] ** 0.5).masked_fill(
+                             ~torch.ones(len(q), len(k), dtype=torch.bool).tril(), float("-inf")), -1) @ v, 0),
+                         r"your mask is top-left: the queries are the last T positions"),
+    "ch9.tiled_backward": (lambda q, k, v, o, lse, d_o, block: (
+        (torch.exp(q @ k.T / q.shape[1] ** 0.5 - lse[:, None]) * (d_o @ v.T)) @ k / q.shape[1] ** 0.5,
+        (torch.exp(q @ k.T / q.shape[1] ** 0.5 - lse[:, None]) * (d_o @ v.T)).T @ q / q.shape[1] ** 0.5,
+        torch.exp(q @ k.T / q.shape[1] ** 0.5 - lse[:, None]).T @ d_o),
+        r"dZ = P ∘ dP misses the softmax's Jacobian"),
     "ch4.padding_mask": (lambda lengths, S: torch.arange(S) <= lengths[:, None],
                          r"sequence \d+ has length \d+: your mask lets queries see padded position \d+"),
     "ch6.forward_from_h5": (lambda datasets, tokens: _no_mask_forward(datasets, tokens),
                             r"position 0 attends to later tokens: the decoder is causal"),
-    "ch6.generate": (lambda weights, prompt, steps: list(prompt) + [int(decoder_forward(weights, np.array([prompt]))[
-        0, 0].argmax())] * steps, r"writes 今天天气真好 \[1, 2, 2, 3, 5, 4\]; yours gives"),
+    "ch6.padded": (lambda weights, tokens: decoder_forward(weights, tokens),
+                   r"\(left padding\): the real tokens read the padding keys"),
     "ch6.two_layers": (lambda datasets, tokens: _two_layers_with(datasets, tokens, "multi_head_attention"),
                        r"both attention layers used the arrays of layers/multi_head_attention; the second is "
                        r"layers/multi_head_attention_1"),
@@ -163,11 +202,15 @@ WRONG = {
                                                                       for i in range(0, len(x), block))),
                                 r"the running sum ends at .* multiply the sum so far by exp\(m − m'\)"),
     "ch10.rope_half": (lambda x: apply_rope(x), r"that is RoPE on adjacent pairs \(2i, 2i \+ 1\), this book's layout"),
-    "ch11.previous_token_score": (lambda q, k: torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1)
-                                 .diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1),
-                                 r"the weights need the causal mask"),
-    "ch10.sinusoidal_shift": (lambda offset, width: sinusoidal_shift(offset, width).T,
-                             r"your M moves back by \d+ positions, not forward"),
+    "ch10.alibi": (lambda T, H: -torch.stack([2.0 ** (-8 * (h + 1) / H) * (torch.arange(T)[:, None]
+                                                                      - torch.arange(T)[None, :]).double()
+                                              for h in range(H)]),
+                   r"keys after the query \(j > t\) should get 0|wrong sign"),
+    "ch10.rope_interpolated": (lambda x, scale: apply_rope(x), r"that is plain RoPE"),
+    "ch11.k_composition": (lambda qk, ov: torch.linalg.matrix_norm(qk @ ov.T), r"the score is not normalised"),
+    "ch11.mean_ablation": (lambda outputs, head: outputs.index_fill(1, torch.tensor([head]), 0.0),
+                           r"that zeroes the head"),
+    "ch11.ov_positivity": (lambda circuit: 1.0, r"singular values are never negative"),
 }
 
 
@@ -287,8 +330,9 @@ def test_checks_live_one_module_per_chapter_and_name_what_they_forbid():
     to something that exists (a typo would forbid nothing)."""
     import importlib
 
-    for number, module in enumerate(checks.CHAPTERS, 1):
-        assert module.__name__.endswith(f".ch{number:02d}")
+    numbers = [int(module.__name__[-2:]) for module in checks.CHAPTERS]
+    assert numbers == sorted(set(numbers)), "one module per chapter, in the chapters' order"
+    for number, module in zip(numbers, checks.CHAPTERS, strict=True):
         assert module.CHECKS and all(name.startswith(f"ch{number}.") for name in module.CHECKS), module.__name__
     for name, entry in checks.CHECKS.items():
         assert isinstance(entry.forbidden, tuple), name
@@ -412,3 +456,42 @@ def test_the_student_edition_has_no_solutions_and_its_buttons_open_student_noteb
     bare = assignments.make_student_edition(root, tmp_path / "bare")
     config = (tmp_path / "bare" / "_config.yml").read_text()
     assert 'colab_url: ""' in config and "use_repository_button: false" in config and bare
+
+
+def _running_max_and_sum_unguarded(x, block):
+    """Chapter 9's running statistics without the −∞ guard: a first block of masked keys gives NaN."""
+    m, total = -float("inf"), 0.0
+    for start in range(0, len(x), block):
+        m_new = max(m, float(x[start:start + block].max()))
+        total = total * np.exp(m - m_new) + float(torch.exp(x[start:start + block] - m_new).sum())
+        m = m_new
+    return m, total
+
+
+def _merge_partials_unguarded(m_a, l_a, acc_a, m_b, l_b, acc_b):
+    """Chapter 9's merge without the −∞ guard: two empty partials give exp(−∞ + ∞) = NaN."""
+    m = torch.maximum(m_a, m_b)
+    scale_a, scale_b = torch.exp(m_a - m), torch.exp(m_b - m)
+    return m, l_a * scale_a + l_b * scale_b, acc_a * scale_a + acc_b * scale_b
+
+
+@pytest.mark.parametrize(("name", "function"), [("ch9.running_max_and_sum", _running_max_and_sum_unguarded),
+                                                ("ch9.merge_partials", _merge_partials_unguarded)])
+def test_ch9_graders_refuse_code_without_the_guard(name, function):
+    """Issue 44: the graders once passed these, which give NaN on masked or empty blocks."""
+    result = checks.evaluate(name, function)
+    assert not result.passed
+    assert re.search(r"NaN.*subtract 0", result.message), result.message
+
+
+def test_ch9_causal_tiles_grader_counts_skipped_tiles():
+    """The right output from every tile, the future included, is told to skip (issue 44)."""
+    def every_tile(q, k, v, block):
+        T, S = len(q), len(k)
+        mask = torch.ones(T, S, dtype=torch.bool).tril(S - T)
+        out = torch.softmax((q @ k.T / q.shape[1] ** 0.5).masked_fill(~mask, float("-inf")), -1) @ v
+        return out, -(-T // block) * -(-S // block)
+
+    result = checks.evaluate("ch9.causal_tiles", every_tile)
+    assert not result.passed
+    assert re.search(r"you computed all \d+ tiles .* only \d+ touch the causal past", result.message), result.message

@@ -13,6 +13,7 @@ from attention_book.efficient import (
     attention_partial,
     merge_partials,
     naive_attention,
+    online_max_and_sum,
     online_softmax,
     split_kv_attention,
     tiled_attention,
@@ -309,3 +310,30 @@ def test_split_kv_errors_name_the_shapes():
         split_kv_attention(q, torch.zeros(1, 3, 5, 8), torch.zeros(1, 3, 5, 8))
     with pytest.raises(ValueError, match="num_splits must be a positive integer, got 0"):
         split_kv_attention(q, q, q, 0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("causal", [False, True])
+def test_round_p_rounds_the_probabilities_as_the_kernels_do(dtype, causal):
+    """With round_p, P·V uses P rounded to the input dtype and l the unrounded P (issue 44): equal to the
+    same computation written whole, and different from the float32-P loop."""
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, n, 32, generator=gen).to(dtype) for n in (40, 70, 70))
+    got, _ = tiled_attention_forward(q, k, v, causal, 16, 16, round_p=True)
+    scores = q.float() @ k.float().transpose(-2, -1) / 32 ** 0.5  # (1, 2, T, S)
+    if causal:
+        scores = scores.masked_fill(~causal_mask(40, 70), float("-inf"))
+    p = torch.exp(scores - scores.amax(-1, keepdim=True))
+    expected = ((p.to(dtype).float() @ v.float()) / p.sum(-1, keepdim=True)).to(dtype)
+    torch.testing.assert_close(got, expected, rtol=0, atol=2 * torch.finfo(dtype).eps)
+    plain, _ = tiled_attention_forward(q, k, v, causal, 16, 16)
+    assert not torch.equal(got, plain)
+
+
+def test_online_max_and_sum_are_the_row_max_and_the_sum_of_exponentials():
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 50, generator=gen, dtype=torch.float64) * 4
+    x[0, :20] = float("-inf")  # masked first blocks
+    m, total = online_max_and_sum(x, 7)
+    torch.testing.assert_close(m, x.amax(-1, keepdim=True))
+    torch.testing.assert_close(total, torch.exp(x - m).sum(-1, keepdim=True))

@@ -7,6 +7,7 @@ exercises are still graded (unless the cheat used up the notebook's time), and s
 """
 
 import csv
+import dataclasses
 import json
 import os
 import re
@@ -352,28 +353,56 @@ CALLS_THE_REFERENCE = {
                        "def decode_step(q, k_new, v_new, k_cache, v_cache):\n"
                        "    keys, values = torch.cat([k_cache, k_new], -2), torch.cat([v_cache, v_new], -2)\n"
                        "    return F.scaled_dot_product_attention(q, keys, values), keys, values\n",
-    "ch9.running_max_and_sum": "from attention_book.efficient import online_softmax\n\n\n"
-                               "def running_max_and_sum(x, block):\n    return x.max(), 1 / online_softmax(x, block).max()\n",
-    "ch9.tiled_attention": "from attention_book.efficient import tiled_attention\n\n\n"
-                           "def tiled_attention_by_hand(q, k, v, block):\n"
-                           "    return tiled_attention(q, k, v, block_q=block, block_k=block)\n",
+    "ch9.running_max_and_sum": "from attention_book.efficient import online_max_and_sum\n\n\n"
+                               "def running_max_and_sum(x, block):\n    m, total = online_max_and_sum(x[None], block)\n"
+                               "    return float(m), float(total)\n",
+    "ch9.causal_tiles": "from attention_book.efficient import tiled_attention\n\n\n"
+                        "def causal_tiled_attention_by_hand(q, k, v, block):\n"
+                        "    T, S = len(q), len(k)\n"
+                        "    tiles = sum(-(-(S - T + i + min(block, T - i)) // block) for i in range(0, T, block))\n"
+                        "    return tiled_attention(q, k, v, True, block, block), tiles\n",
+    "ch9.tiled_backward": "import torch\n\n\ndef tiled_backward_by_hand(q, k, v, o, lse, d_o, block):\n"
+                          "    x = [t.clone().requires_grad_() for t in (q, k, v)]\n"
+                          "    out = torch.softmax(x[0] @ x[1].T / q.shape[1] ** 0.5, -1) @ x[2]\n"
+                          "    return torch.autograd.grad(out, x, d_o)\n",
     "ch10.rope_half": "import torch\n\nfrom attention_book.positions import apply_rope\n\n\ndef rope_half(x):\n"
                      "    d = x.shape[-1]\n    y = apply_rope(torch.stack([x[:, :d // 2], x[:, d // 2:]], -1).flatten(-2))\n"
                      "    return torch.cat([y[:, 0::2], y[:, 1::2]], -1)\n",
-    "ch11.previous_token_score": "import torch\n\nfrom attention_book.induction import previous_token_score\n\n\n"
-                                "def previous_token_score_by_hand(q, k):\n    T = q.shape[-2]\n"
-                                "    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5\n"
-                                "    allowed = torch.ones(T, T, dtype=torch.bool).tril()\n"
-                                "    weights = torch.softmax(scores.masked_fill(~allowed, float('-inf')), -1)\n"
-                                "    return previous_token_score(weights[None])\n",
-    "ch10.sinusoidal_shift": "from attention_book.positions import sinusoidal_shift\n\n\n"
-                            "def shift_by_hand(offset, width):\n    return sinusoidal_shift(offset, width)\n",
+    "ch12.block": "from attention_book.decoder import DecoderBlock, DecoderConfig\n\n\n"
+                  "def block_by_hand(x, w, num_heads):\n"
+                  "    config = DecoderConfig(vocab_size=2, context_length=x.shape[1], embed_dim=x.shape[-1],\n"
+                  "                           num_heads=num_heads, num_layers=1)\n"
+                  "    block = DecoderBlock(config)\n    block.load_state_dict(w)\n    return block(x)\n",
+    "ch12.lm_loss": "import torch.nn.functional as F\n\n\ndef lm_loss_by_hand(logits, tokens):\n"
+                    "    return F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())\n",
+    "ch12.filter_logits": "from attention_book.gpt import top_k_top_p\n\n\n"
+                          "def filter_logits(logits, top_k=None, top_p=None):\n"
+                          "    return top_k_top_p(logits, top_k, top_p)\n",
+    "ch12.without_head": "import torch\n\nfrom attention_book.multihead import MultiHeadAttention\n\n\n"
+                         "def without_head(x, w, num_heads, head):\n"
+                         "    E, T = x.shape[-1], x.shape[1]\n    d = E // num_heads\n"
+                         "    w = {name: t.clone() for name, t in w.items()}\n"
+                         "    w['v_proj.weight'][head * d:(head + 1) * d] = 0  # the head's values: zero\n"
+                         "    w['v_proj.bias'][head * d:(head + 1) * d] = 0\n"
+                         "    mha = MultiHeadAttention(E, num_heads)\n    mha.load_state_dict(w)\n"
+                         "    mask = torch.ones(T, T, dtype=torch.bool).tril()[None, None]\n"
+                         "    return mha(x, mask=mask)[0]\n",
+    "ch10.alibi": "import torch\n\nfrom attention_book.positions import alibi_bias, alibi_slopes\n\n\n"
+                  "def alibi_by_hand(T, H):\n"
+                  "    return alibi_bias(torch.arange(T), torch.arange(T), alibi_slopes(H)).double()\n",
+    "ch10.rope_interpolated": "from attention_book.positions import apply_rope\n\n\n"
+                              "def rope_interpolated(x, scale):\n    return apply_rope(x, scale=scale)\n",
+    "ch11.ov_positivity": "from attention_book.induction import copying_scores\n\n\n"
+                          "def ov_positivity(circuit):\n    return copying_scores(circuit)[1]\n",
 }
 
 
-def test_every_forbidden_reference_would_pass_if_allowed():
-    """Not vacuous: called in the kernel, without the sandbox, each of these answers passes its check."""
+def test_every_forbidden_reference_would_pass_if_allowed(monkeypatch):
+    """Not vacuous: called in the kernel, without the sandbox, each of these answers passes its check (the
+    method's measure aside: a reference that reads all of x at once is not "in blocks" either)."""
     assert set(CALLS_THE_REFERENCE) == {name for name, entry in checks.CHECKS.items() if entry.forbidden}
+    for name, entry in list(checks.CHECKS.items()):
+        monkeypatch.setitem(checks.CHECKS, name, dataclasses.replace(entry, largest=None))
     for name, source in CALLS_THE_REFERENCE.items():
         namespace = {}
         exec(compile(source, name, "exec"), namespace)  # noqa: S102 - the test's own cheats
@@ -534,13 +563,14 @@ def small_class(tmp_path_factory):
 
 
 def test_grades_a_teacher_can_use(small_class):
-    """Totals per student, an LMS table (one row per student, one column per exercise), a feedback file
-    per student."""
+    """Totals per student, an LMS table (one row per student, one column per chapter: Canvas's gradebook
+    import), a feedback file per student."""
     out = small_class / "first"
-    with open(out / "lms.csv") as file:
+    with open(out / "canvas.csv") as file:
         rows = list(csv.DictReader(file))
-    assert list(rows[0]) == ["Student", "SIS Login ID", *EXERCISES, "Total"]
-    assert [(r["Student"], r["ch5.offset_causal_mask"], r["Total"]) for r in rows] == [("ada", "1", "4"), ("bob", "0", "3")]
+    assert list(rows[0]) == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "Chapter 5 exercises"]
+    assert [(r["Student"], r["SIS Login ID"], r["Chapter 5 exercises"]) for r in rows[1:]] == [
+        ("ada", "ada", "4"), ("bob", "bob", "3")]
     with open(out / "totals.csv") as file:
         assert [tuple(r.values()) for r in csv.DictReader(file)] == [("ada", "4", "4"), ("bob", "3", "4")]
     feedback = (out / "feedback" / "bob.md").read_text()

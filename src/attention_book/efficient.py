@@ -17,11 +17,19 @@ from .causal import causal_mask
 
 def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
     """Softmax over the last axis, reading it `block_size` entries at a time
+    (chapter 9): one pass gives m and l, then the result is exp(x − m) / l.
+    """
+    m, l = online_max_and_sum(x, block_size)  # (..., 1) each
+    return torch.exp(x - m) / l
+
+
+def online_max_and_sum(x: torch.Tensor, block_size: int):
+    """The maximum m of x's last axis and l = Σ exp(x − m), in one pass of
+    `block_size` entries at a time, in x's dtype -> (m, l), (..., 1) each
     (chapter 9).
 
-    Keeps a running maximum m and a running sum l of exp(x − m); when a block
-    raises the maximum, the sum so far is rescaled by exp(m_old − m_new). One
-    pass gives m and l; the result is exp(x − m) / l.
+    When a block raises the maximum, the sum so far is rescaled by
+    exp(m_old − m_new).
     """
     validate_block_size(block_size, "block_size")
     m = torch.full(x.shape[:-1] + (1,), float("-inf"), dtype=x.dtype,
@@ -34,7 +42,7 @@ def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
         l = l * torch.exp(m - shift) + torch.exp(block - shift).sum(
             dim=-1, keepdim=True)
         m = m_new
-    return torch.exp(x - m) / l
+    return m, l
 
 
 def finite_or_zero(m: torch.Tensor) -> torch.Tensor:
@@ -103,8 +111,9 @@ def tiled_attention(query, key, value, causal: bool = False,
     chapter 2's convention and is read one tile at a time; a query that may
     see no key gets a zero output, as in chapter 2 (so do all T queries when
     S = 0). Differentiable in query, key and value through `TiledAttention`,
-    whose backward recomputes the scores tile by tile (FlashAttention-2); a
-    float mask gets no gradient, so one that requires grad is refused.
+    whose backward recomputes the scores tile by tile (FlashAttention, in
+    FlashAttention-2's loop order); a float mask gets no gradient, so one
+    that requires grad is refused.
     """
     validate_attention_inputs(query, key, value, mask)
     validate_block_size(block_q, "block_q")
@@ -117,13 +126,16 @@ def tiled_attention(query, key, value, causal: bool = False,
 
 
 def tiled_attention_forward(query, key, value, causal=False, block_q=256,
-                            block_k=256, mask=None):
+                            block_k=256, mask=None, round_p=False):
     """The forward pass of `tiled_attention` -> (output (..., T, d_v), the
     log-sum-exp of each row's scores (..., T), natural log) (chapter 9).
 
     16-bit inputs are multiplied a tile at a time in float32, and the
     running max, sum and output stay in float32, as FlashAttention and
     PyTorch's SDPA keep them; the output is cast back to the input's dtype.
+    The probabilities P stay in float32 too, unless `round_p`: then, as
+    those kernels do, P is rounded to the input's dtype for P V (the sum l
+    still adds the unrounded P).
     """
     batch = validate_attention_inputs(query, key, value, mask)[:-2]
     T, S, d_k = query.shape[-2], key.shape[-2], query.shape[-1]
@@ -135,10 +147,10 @@ def tiled_attention_forward(query, key, value, causal=False, block_q=256,
     output = torch.empty(G, T, d_v, dtype=query.dtype, device=q.device)
     lse = torch.empty(G, T, **like)  # (G, T)
     # Base 2: e^x = 2^(x · log2 e), so log2 e joins the 1/√d_k scale and
-    # m, l, p are in base 2. Same result, but on x86 CPUs torch.exp is
-    # several times slower for every input below about −88, the masked −∞
-    # among them; torch.exp2 slows far less, and only for finite inputs
-    # below −126 (chapter 9 times both).
+    # m, l, p are in base 2. Same result, faster: on the CPUs we timed
+    # torch.exp2 beats torch.exp on ordinary inputs and far more on −∞ and
+    # below −88 (chapter 9 times both); on a GPU exp2 is the native
+    # instruction.
     scale = math.log2(math.e) / math.sqrt(d_k)
     offset = S - T  # query i sits at position offset + i
     for i in range(0, T, block_q):
@@ -159,6 +171,8 @@ def tiled_attention_forward(query, key, value, causal=False, block_q=256,
             rescale = torch.exp2(m - shift)  # (G, n, 1)
             p = scores.sub_(shift).exp2_()  # in place: (G, n, b)
             l.mul_(rescale).add_(p.sum(dim=-1, keepdim=True))
+            if round_p:  # P in 16 bits for the product, as the kernels
+                p = p.to(query.dtype).to(work)
             acc.mul_(rescale).baddbmm_(p, v_j)  # acc · rescale + p V_j
             m = m_new
         # log-sum-exp, natural log: (m + log2 l) · ln 2; −∞ if no key seen
@@ -172,11 +186,12 @@ def tiled_attention_backward(grad_output, query, key, value, output, lse,
                              causal=False, block_q=256, block_k=256,
                              mask=None):
     """dQ, dK, dV of `tiled_attention` from its output and row log-sum-exp
-    alone (chapter 9; FlashAttention-2's backward, Dao, 2023).
+    alone (chapter 9; FlashAttention's backward, Dao et al., 2022, saving
+    FlashAttention-2's log-sum-exp, Dao, 2023).
 
-    With P = softmax(S), dO the output's gradient and D = rowsum(dO ∘ O):
-    dV = Pᵀ dO, dP = dO Vᵀ, dS = P ∘ (dP − D), dQ = dS K / √d_k and
-    dK = dSᵀ Q / √d_k. The outer loop walks key blocks, so dK_j and dV_j are
+    With scores Z, P = softmax(Z), dO the output's gradient and
+    D = rowsum(dO ∘ O): dV = Pᵀ dO, dP = dO Vᵀ, dZ = P ∘ (dP − D),
+    dQ = dZ K / √d_k and dK = dZᵀ Q / √d_k. The outer loop walks key blocks, so dK_j and dV_j are
     summed in place and written once; the inner loop walks the query blocks
     that can see key block j, recomputing P = exp(S − L) a tile at a time.
     """
@@ -215,10 +230,10 @@ def tiled_attention_backward(grad_output, query, key, value, output, lse,
             p = scores.sub_(lse_2[:, i:i + n]).exp2_()  # P, recomputed
             d_v_j.baddbmm_(p.transpose(1, 2), d_o_i)  # dV_j += Pᵀ dO_i
             d_p = torch.bmm(d_o_i, v_j.transpose(1, 2))  # (G, n, b)
-            d_s = p.mul_(d_p.sub_(delta[:, i:i + n]))  # P ∘ (dP − D_i)
+            d_z = p.mul_(d_p.sub_(delta[:, i:i + n]))  # P ∘ (dP − D_i)
             # Q_i and K_j carry scale = log2 e / √d_k; ln 2 undoes log2 e
-            d_q[i // block_q].baddbmm_(d_s, k_j, alpha=scale * math.log(2))
-            d_k_j.baddbmm_(d_s.transpose(1, 2), q_i, alpha=math.log(2))
+            d_q[i // block_q].baddbmm_(d_z, k_j, alpha=scale * math.log(2))
+            d_k_j.baddbmm_(d_z.transpose(1, 2), q_i, alpha=math.log(2))
         d_k_all[:, j:j + block_k] = d_k_j
         d_v_all[:, j:j + block_k] = d_v_j
     d_q = torch.cat(d_q, dim=1) if d_q else q.new_zeros(G, 0, d_k)

@@ -41,6 +41,8 @@ class InductionConfig:
     positions: str = "learned"  # "learned" or "sinusoidal" (added to the embeddings), "rope" (rotates q, k),
     # "alibi" (a distance penalty on the scores) or "none"
     window: int | None = None  # sliding window (chapter 8): each query sees itself and window − 1 before
+    start_token: bool = False  # a learned start-of-sequence vector before position 0 (Kazemnejad et al., 2023)
+    rope_scale: float = 1.0  # RoPE's positions divided by this (position interpolation, Chen et al., 2023)
 
 
 class HeadAttention(nn.Module):
@@ -53,7 +55,7 @@ class HeadAttention(nn.Module):
     def __init__(self, config: InductionConfig):
         super().__init__()
         E, self.H = config.embed_dim, config.num_heads
-        self.positions, self.window = config.positions, config.window
+        self.positions, self.window, self.rope_scale = config.positions, config.window, config.rope_scale
         self.qkv = nn.Linear(E, 3 * E, bias=False)
         self.out = nn.Linear(E, E, bias=False)
 
@@ -81,7 +83,8 @@ class HeadAttention(nn.Module):
         else:
             query_positions, key_positions = cache.positions(T, x.device)  # (T,), (S,) or (B, T), (B, S)
         if self.positions == "rope":  # the new queries and keys at their own positions
-            q, k = apply_rope(q, positions=query_positions), apply_rope(k, positions=query_positions)
+            q = apply_rope(q, positions=query_positions, scale=self.rope_scale)
+            k = apply_rope(k, positions=query_positions, scale=self.rope_scale)
         if cache is not None:
             k, v = cache.append(k, v)  # (B, H, S, d_k): keys are cached already rotated
         scores = q @ k.transpose(-2, -1) / math.sqrt(E // self.H)  # (B, H, T, S)
@@ -119,14 +122,19 @@ class AttentionOnly(nn.Module):
         self.norms = nn.ModuleList([nn.LayerNorm(config.embed_dim) for _ in range(config.num_layers)])
         self.layers = nn.ModuleList([HeadAttention(config) for _ in range(config.num_layers)])
         self.unembed = nn.Linear(config.embed_dim, config.vocab_size, bias=False)
+        if config.start_token:  # drawn last, so the other weights start as without it
+            self.start = nn.Parameter(torch.randn(config.embed_dim))  # (E,)
 
     def embed(self, tokens, caches=None):
         """tokens (B, T) -> the residual stream's start (B, T, E): token embeddings, plus absolute
         positions (learned or sinusoidal) at the positions the caches give, 0 … T − 1 without them."""
         validate_tokens(tokens, self.config.vocab_size)
         x = self.embedding(tokens)  # (B, T, E)
+        if self.config.start_token:
+            validate_no_caches_with_start(caches)
+            x = torch.cat([self.start.expand(len(x), 1, -1), x], dim=1)  # (B, 1 + T, E)
         if self.config.positions in ("learned", "sinusoidal"):
-            T = tokens.shape[-1]
+            T = x.shape[1]
             positions = (torch.arange(T, device=tokens.device) if caches is None
                          else caches[0].positions(T, tokens.device)[0])  # (T,) or (B, T)
             if self.config.positions == "learned":
@@ -148,6 +156,8 @@ class AttentionOnly(nn.Module):
                                  None if caches is None else caches[i])
             x = x + out  # (B, T, E): each head writes into the residual stream
             maps.append(weights)
+        if self.config.start_token:  # the start position predicts nothing and is no token's key
+            x, maps = x[:, 1:], [w[..., 1:, 1:] for w in maps]  # (B, T, E), [(B, H, T, T)]
         return self.unembed(x), maps
 
 
@@ -329,8 +339,13 @@ class TrainConfig:
     log_every: int = 25  # steps between points of the stored loss curve
 
 
-def train(config: InductionConfig, train_config: TrainConfig = TrainConfig()) -> tuple[AttentionOnly, dict]:
-    """Train a fresh model; returns it and its loss curve {step, loss_first_half, loss_repeated_half}."""
+def train(config: InductionConfig, train_config: TrainConfig = TrainConfig(),
+          probe: bool = False) -> tuple[AttentionOnly, dict]:
+    """Train a fresh model; returns it and its loss curve {step, loss_first_half, loss_repeated_half}.
+
+    With `probe`, the curve also holds each layer's best previous-token and induction scores at every
+    logged step, measured on the first 128 evaluation sequences (Olsson et al.'s scores over training);
+    measuring draws nothing at random, so the training run is the same with or without it."""
     torch.manual_seed(train_config.seed)
     model = AttentionOnly(config)
     data = torch.Generator().manual_seed(train_config.seed + 1)
@@ -341,14 +356,28 @@ def train(config: InductionConfig, train_config: TrainConfig = TrainConfig()) ->
         losses = loss_per_token(model(tokens)[0], tokens)  # (B, T − 1)
         if step % train_config.log_every == 0 or step == train_config.steps:
             first, repeated = half_losses(losses.detach(), periods)
-            for key, value in zip(curve, (step, first, repeated), strict=True):
+            for key, value in zip(("step", "loss_first_half", "loss_repeated_half"),
+                                  (step, first, repeated), strict=True):
                 curve[key].append(value)
+            if probe:
+                for key, value in probe_scores(model, config).items():
+                    curve.setdefault(key, []).append(value)
         if step == train_config.steps:
             break
         optimizer.zero_grad()
         losses.mean().backward()
         optimizer.step()
     return model.eval(), curve
+
+
+def probe_scores(model: AttentionOnly, config: InductionConfig) -> dict:
+    """Each layer's best previous-token and induction score on the first 128 evaluation sequences."""
+    tokens, periods = evaluation_batch(config)
+    tokens, periods = tokens[:128], periods[:128]  # (B, T), (B,)
+    with torch.no_grad():
+        maps = model(tokens)[1]
+    return {"previous_token_score": [float(previous_token_score(w).max()) for w in maps],
+            "induction_score": [float(induction_score(w, tokens, periods).max()) for w in maps]}
 
 
 def evaluation_batch(config: InductionConfig, length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -382,6 +411,13 @@ def load_length_record() -> dict:
     `evaluate_length` at 1, 2 and 4 times the trained length (chapter 11)."""
     data = resources.files("attention_book").joinpath("data")
     return json.loads(data.joinpath("induction_length.json").read_text())
+
+
+def load_seeds_record() -> dict:
+    """What `scripts/train_seeds.py` stored: every scheme over seeds 0-2, the scores measured during training
+    of a two-layer and a one-layer model, and the model without positions but with a start token (chapter 11)."""
+    data = resources.files("attention_book").joinpath("data")
+    return json.loads(data.joinpath("induction_seeds.json").read_text())
 
 
 def config_dict(config) -> dict:
@@ -551,6 +587,12 @@ def validate_path_ablation(model: AttentionOnly, sides) -> None:
     if model.config.num_layers != 2 or any(side not in PATH_SIDES for side in sides):
         raise ValueError(f"path ablation needs a two-layer model and sides from {PATH_SIDES}; got "
                          f"{model.config.num_layers} layers and sides={sides!r}")
+
+
+def validate_no_caches_with_start(caches) -> None:
+    """A start token is part of the whole-sequence forward pass only."""
+    if caches is not None:
+        raise ValueError("a model with start_token=True runs on whole sequences; it takes no caches")
 
 
 def validate_tokens(tokens: torch.Tensor, vocab_size: int) -> None:

@@ -66,20 +66,23 @@ class LearnedPositions(nn.Module):
 
 
 def rope_angles(length: int, width: int, start: int = 0, base: float = 10000.0, positions=None,
-                device=None) -> torch.Tensor:
-    """Angles (..., T, width/2): position m turns pair i by m·θ_i (chapter 10).
+                device=None, scale: float = 1.0) -> torch.Tensor:
+    """Angles (..., T, width/2): position m turns pair i by (m / scale)·θ_i (chapter 10).
 
     Positions are start … start + T − 1, or the integer tensor `positions` (T,) or (B, T), one row per
-    sequence, as the caches of chapters 7 and 8 give them. Built in float64 on `device`.
+    sequence, as the caches of chapters 7 and 8 give them. A scale above 1 is position interpolation
+    (Chen et al., 2023). Built in float64 on `device`.
     """
     if positions is None:
         positions = torch.arange(start, start + length, device=device)  # (T,)
     frequencies = pair_frequencies(width, base).to(device)  # (width/2,)
-    return positions.to(device=device, dtype=torch.float64)[..., None] * frequencies  # (..., T, width/2)
+    validate_scale(scale)
+    at = positions.to(device=device, dtype=torch.float64) / scale  # (T,) or (B, T)
+    return at[..., None] * frequencies  # (..., T, width/2)
 
 
 def apply_rope(x: torch.Tensor, start: int = 0, base: float = 10000.0,
-               positions=None) -> torch.Tensor:
+               positions=None, scale: float = 1.0) -> torch.Tensor:
     """Rotate queries or keys x (..., T, d) by their positions (chapter 10;
     Su et al., 2021).
 
@@ -87,11 +90,12 @@ def apply_rope(x: torch.Tensor, start: int = 0, base: float = 10000.0,
     θ_i = base^(−2i/d). Positions are start … start + T − 1, or `positions`
     (T,) or (B, T), one row per sequence of x (B, …, T, d), as the caches of
     chapters 7 and 8 give them. With a KV cache, new keys are stored rotated
-    by their own positions.
+    by their own positions. scale > 1 divides every position by it
+    (position interpolation).
     """
     validate_rope_input(x, start, base, positions)
     T, d = x.shape[-2], x.shape[-1]
-    angles = rope_angles(T, d, start, base, positions, device=x.device)
+    angles = rope_angles(T, d, start, base, positions, x.device, scale)
     if angles.dim() == 3:  # (B, T, d/2) -> (B, 1, …, 1, T, d/2): per sequence
         angles = angles.reshape(len(angles), *[1] * (x.dim() - 3), T, d // 2)
     cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
@@ -139,6 +143,12 @@ def validate_base(base) -> None:
     """The angles are base^(−2i/d): the base must be a number > 0 (10000 in the papers)."""
     if not isinstance(base, (int, float)) or isinstance(base, bool) or not 0 < base < math.inf:
         raise ValueError(f"base sets the angles base^(-2i/d), so it must be a finite number > 0, got base={base!r}")
+
+
+def validate_scale(scale) -> None:
+    """Position interpolation divides positions by scale: a finite number > 0 (1 leaves them as they are)."""
+    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not 0 < scale < math.inf:
+        raise ValueError(f"scale divides the positions, so it must be a finite number > 0, got scale={scale!r}")
 
 
 def validate_positions(start: int, end: int, max_length: int) -> None:

@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from .sandbox import MEMORY_MB, isolation
+from .sandbox import MEMORY_FLOOR_MB, MEMORY_MB, isolation
 
 
 def main(argv=None) -> None:
@@ -29,6 +29,7 @@ def main(argv=None) -> None:
                          help="GitHub URL where you publish the edition: its Colab buttons open the student notebooks")
     edition.add_argument("--branch", default="main")
     edition.add_argument("--path-to-book", default="", help="the edition's folder in that repository")
+    edition.add_argument("--force", action="store_true", help="replace the output folder if it exists")
     grade = commands.add_parser("grade", help="grade submitted notebooks in sandboxes; write the grade files")
     grade.add_argument("submissions", type=Path,
                        help="one folder per student (nbgrader's submitted/ works), or one notebook per student")
@@ -36,7 +37,12 @@ def main(argv=None) -> None:
     grade.add_argument("--timeout", type=float, default=120, help="seconds per notebook (default 120)")
     grade.add_argument("--exercise-timeout", type=float, default=20, help="seconds per exercise (default 20)")
     grade.add_argument("--memory", type=int, default=MEMORY_MB,
-                       help=f"MB of memory per notebook (a cgroup) or per process (default {MEMORY_MB})")
+                       help=f"MB of memory per notebook, all its processes and files together (a cgroup, or the "
+                            f"grader's count; default {MEMORY_MB}, at least {MEMORY_FLOOR_MB})")
+    grade.add_argument("--deadline", type=float, default=4 * 3600,
+                       help="seconds for the whole run: notebooks not started by then score nothing (default 14400)")
+    grade.add_argument("--max-notebooks", type=int, default=2000,
+                       help="refuse to start when there are more notebooks to grade than this (default 2000)")
     grade.add_argument("--seed", type=int, default=None,
                        help="the inputs' seed (default: a secret random one, recorded in grading.json)")
     grade.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
@@ -62,6 +68,8 @@ def main(argv=None) -> None:
     if args.command == "edition":
         from .notebooks import make_student_edition
 
+        if args.out.exists() and not args.force:
+            sys.exit(f"{args.out} exists: pass --force to replace it (everything in it is deleted)")
         for path in make_student_edition(args.book, args.out, args.repository, args.branch, args.path_to_book):
             print(path)
         return
@@ -81,17 +89,24 @@ def main(argv=None) -> None:
         return
     if not args.submissions.is_dir():
         sys.exit(f"{args.submissions} is not a folder of notebooks")
-    if args.timeout <= 0 or args.exercise_timeout <= 0:
-        sys.exit(f"--timeout and --exercise-timeout must be positive, got {args.timeout} and {args.exercise_timeout}")
+    if args.timeout <= 0 or args.exercise_timeout <= 0 or args.deadline <= 0:
+        sys.exit(f"--timeout, --exercise-timeout and --deadline must be positive, got {args.timeout}, "
+                 f"{args.exercise_timeout} and {args.deadline}")
+    if args.memory < MEMORY_FLOOR_MB:
+        sys.exit(f"--memory {args.memory} is below the floor of {MEMORY_FLOOR_MB} MB: the worker alone (Python with "
+                 f"torch and numpy) needs about 0.4 GB, so every notebook would fail. The default is {MEMORY_MB}.")
     if not args.weak and isolation() is not None:
         sys.exit(f"refusing to grade: the sandbox cannot isolate submissions on this machine ({isolation()}).\n"
                  "Install bubblewrap (make bwrap) where user namespaces are allowed, or pass --weak to grade with a "
                  "weaker sandbox in which submissions can read your files, use the network and signal your processes.")
     from .grading import grade_folder
 
-    grade_folder(args.submissions, args.out, timeout=args.timeout, hidden=tuple(p.resolve() for p in args.hide),
-                 memory_mb=args.memory, seed=args.seed, exercise_seconds=args.exercise_timeout, weak=args.weak,
-                 jobs=args.jobs)
+    try:
+        grade_folder(args.submissions, args.out, timeout=args.timeout, hidden=tuple(p.resolve() for p in args.hide),
+                     memory_mb=args.memory, seed=args.seed, exercise_seconds=args.exercise_timeout, weak=args.weak,
+                     jobs=args.jobs, deadline=args.deadline, max_notebooks=args.max_notebooks)
+    except ValueError as error:
+        sys.exit(f"refusing to grade: {error}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ no student has seen.
 
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -20,18 +19,9 @@ import torch
 
 from . import wire
 from .diagnose import name_the_mistake
+from .verdict import Result, not_implemented
 
 FOLDER = Path(__file__).resolve().parents[1] / "data" / "feedback"
-
-
-@dataclass
-class Result:
-    exercise: str
-    passed: bool
-    message: str
-
-    def __str__(self) -> str:
-        return f"{'✓' if self.passed else '✗'} {self.exercise}: {self.message}"
 
 
 def _full_checks():
@@ -77,7 +67,7 @@ def replay(exercise: str, student_function, folder: Path = FOLDER) -> Result:
         try:
             got = student_function(*args)
         except NotImplementedError as error:
-            return Result(exercise, False, f"not implemented yet. Hint: {error}")
+            return Result(exercise, False, not_implemented(str(error)))
         except Exception as error:  # noqa: BLE001 - the student's error is feedback
             return Result(exercise, False, f"your function raised {type(error).__name__}: {error}")
         try:
@@ -175,7 +165,8 @@ def record(chapters: Path, out: Path = FOLDER) -> list[Path]:
             solution, recorded = namespace[exercise["function"]], []
 
             def spy(*args, solution=solution, recorded=recorded):
-                encoded = wire.encode(list(args))  # before the call: a solution may change its arguments
+                with torch._C.DisableTorchFunction():  # unmeasured: the check counts the solution's tensors only
+                    encoded = wire.encode(list(args))  # before the call: a solution may change its arguments
                 value = solution(*args)
                 recorded.append({"args": encoded, "expected": wire.encode(value)})
                 return value

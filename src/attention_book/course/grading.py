@@ -8,22 +8,33 @@ of its own inside the notebook's sandbox (`attention_book.course.sandbox`), with
 functions switched off, on inputs drawn from the class's secret seed. The child's answers come back as
 JSON values and the check compares them with the reference in this process. Whatever goes wrong with one
 notebook (a hang, a crash, a malformed answer, an error of the grader itself) costs that notebook only,
-with its path in the log; a symbolic link, or anything that resolves outside the submissions folder, is
-refused unread.
+with its path in the log; a symbolic link, anything that resolves outside the submissions folder, or
+anything but a regular file (a named pipe) is refused unread.
+
+Who handed a notebook in (`identify`): the first folder (one folder per student, nbgrader's submitted/),
+the name after the chapter number (`05_ada.ipynb`), or the name in Canvas's bulk download
+(`lastfirst_12345_67890_05_causal_attention.ipynb`, also with `_LATE_`; 12345 is Canvas's user ID). One
+notebook per student and chapter is graded: the newest (by modification time); the others are named in
+the log and in that student's feedback, and never graded.
 
 What a teacher gets, in the output folder: results.csv (one row per exercise, with the feedback),
-scores.csv (one row per notebook), totals.csv (one row per student), lms.csv (one row per student, one
-column per exercise, for Canvas's or Gradescope's grade import), feedback/<student>.md (one file per
-student, to hand back) and grading.json (the seed and settings: `--seed` with that seed grades the same
-inputs again).
+scores.csv (one row per notebook), totals.csv (one row per student), canvas.csv (Canvas's gradebook
+import: one assignment per chapter), gradescope_chN.csv (Gradescope's score upload, one per chapter),
+feedback/<student>.md (one file per student, to hand back) and grading.json (the seed and settings:
+`--seed` with that seed grades the same inputs again). Every file is written whole and then moved in
+place; a cell that a spreadsheet would read as a formula gets a leading apostrophe.
 """
 
+import ast
 import csv
+import hashlib
 import json
 import os
 import re
 import secrets
+import stat
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -38,23 +49,66 @@ from .sandbox import (MEMORY_MB, ExerciseEnded, Sandbox, SandboxEnded, Submissio
                       describe_isolation, kill_children)
 
 CHAPTER = re.compile(r"^0*(\d+)_")
+FLAT = re.compile(r"^0*(\d+)_(?P<student>.+)$")  # 05_ada.ipynb
+CANVAS = re.compile(r"^(?P<student>[^_]+)_(?:LATE_)?(?P<user>\d+)_(?P<submission>\d+)_(?P<file>.+)$")
 RESULT_FIELDS = ["student", "notebook", "exercise", "passed", "message"]
 SCORE_FIELDS = ["student", "notebook", "passed", "total"]
 TOTAL_FIELDS = ["student", "passed", "total"]
 EXERCISE_SECONDS = 20  # default time limit of one exercise
 NOTEBOOK_BYTES = 16 << 20  # a submitted notebook larger than this is refused unread
+NAME_CHARACTERS = 80  # a student's or notebook's name in the grade files is cut to this, with a hash
+MAX_NOTEBOOKS = 2000  # notebooks one run grades at most (--max-notebooks)
+RUN_SECONDS = 4 * 3600  # the whole run's deadline (--deadline)
+RUNS_AS_PYTHON = {"time", "capture", "prun"}  # cell magics whose body Jupyter runs as the cell's Python
+FORMULA = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet reads as the start of a formula
 
 
 def chapter_exercises(notebook_name: str) -> list[str]:
-    """The registered exercises ("chN.name") of the chapter whose number starts `notebook_name`."""
-    number = CHAPTER.match(notebook_name)
-    return [] if number is None else [name for name in CHECKS if name.split(".")[0] == f"ch{int(number.group(1))}"]
+    """The registered exercises ("chN.name") of the chapter whose number starts `notebook_name` (a Canvas
+    download's name: its original file name)."""
+    number = chapter_number(notebook_name)
+    return [] if number is None else [name for name in CHECKS if name.split(".")[0] == f"ch{number}"]
+
+
+def chapter_number(notebook_name: str) -> int | None:
+    """The chapter number that starts `notebook_name`, or the original file name in a Canvas download's."""
+    canvas = CANVAS.match(notebook_name)
+    number = CHAPTER.match(canvas["file"] if canvas and CHAPTER.match(canvas["file"]) else notebook_name)
+    return None if number is None else int(number.group(1))
+
+
+def as_python(cell: str) -> str | None:
+    """A code cell's source as Jupyter runs it: line magics and `!` commands become calls of get_ipython()
+    (IPython's own translation; the sandbox's get_ipython does nothing), a `%%time` or `%%capture` cell is
+    its body; None for a cell that is not Python (another cell magic)."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    first, _, body = cell.lstrip().partition("\n")
+    if first.startswith("%%"):
+        if first[2:].split(" ")[0] not in RUNS_AS_PYTHON:
+            return None
+        cell = body
+    try:
+        return TransformerManager().transform_cell(cell)
+    except Exception:  # noqa: BLE001 - IPython cannot read it: neither can Jupyter
+        return None
 
 
 def solution_source(cells: list[str], function: str) -> str | None:
-    """The last code cell that defines `function` at its top level (the student's solution cell)."""
-    definition = re.compile(rf"^(async\s+)?def\s+{re.escape(function)}\s*\(", re.M)
-    return next((source for source in reversed(cells) if definition.search(source)), None)
+    """The last code cell that defines `function` at its top level (the student's solution cell), as
+    Python: a definition inside a string, or in a cell that does not parse, does not count."""
+    for cell in reversed(cells):
+        source = as_python(cell)
+        if source is None or function not in source:
+            continue
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError):
+            continue
+        if any(isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == function
+               for node in tree.body):
+            return source
+    return None
 
 
 class _SandboxCall:
@@ -62,6 +116,11 @@ class _SandboxCall:
 
     def __init__(self, sandbox: Sandbox):
         self.sandbox = sandbox
+
+    @property
+    def largest(self) -> int:
+        """The number of elements of the largest tensor the last call made (the worker measures it)."""
+        return self.sandbox.largest
 
     def __call__(self, *args):
         try:
@@ -75,16 +134,20 @@ class _SandboxCall:
 
 
 def read_submission(path: Path, root: Path):
-    """The notebook at `path`, refusing symbolic links, anything outside `root` and oversized files."""
+    """The notebook at `path`, refusing symbolic links, anything outside `root`, anything but a regular
+    file (opened without blocking, so a named pipe cannot hang the run) and oversized files."""
     relative = path.relative_to(root)
     for i in range(1, len(relative.parts) + 1):
         if (root / Path(*relative.parts[:i])).is_symlink():
-            raise PermissionError(f"refused: {Path(*relative.parts[:i])} is a symbolic link; submit the notebook "
-                                  "itself")
+            raise PermissionError(f"refused: {shown(Path(*relative.parts[:i]))} is a symbolic link; submit the "
+                                  "notebook itself")
     if not path.resolve().is_relative_to(root.resolve()):
-        raise PermissionError(f"refused: {relative} resolves outside the submissions folder")
-    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        raise PermissionError(f"refused: {shown(relative)} resolves outside the submissions folder")
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     with os.fdopen(descriptor, "rb") as file:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise PermissionError(f"refused: {shown(relative)} is not a regular file (a named pipe or a device); "
+                                  "submit the notebook itself")
         data = file.read(NOTEBOOK_BYTES + 1)
     if len(data) > NOTEBOOK_BYTES:
         raise ValueError(f"the notebook is larger than {NOTEBOOK_BYTES >> 20} MB")
@@ -144,10 +207,48 @@ def grade_notebook(path: Path, timeout: float = 60, hidden: tuple[Path, ...] = (
     return results
 
 
+def shown(text) -> str:
+    """`text` safe to print to a terminal or a log: control characters (escape sequences) and bytes that
+    are not UTF-8 written as escapes."""
+    text = as_bytes(text).decode("utf-8", "backslashreplace") if isinstance(text, (str, os.PathLike)) else str(text)
+    return "".join(c if c.isprintable() or c == " " else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def as_bytes(text) -> bytes:
+    """The bytes of a name as the file system gave them (undecodable bytes included)."""
+    try:
+        return os.fsencode(text)
+    except UnicodeError:
+        return os.fspath(text).encode("utf-8", "surrogatepass")
+
+
+def clean_name(name: str) -> str:
+    """A student's or notebook's name as the grade files hold it: valid UTF-8 and printable (anything else
+    escaped) and at most NAME_CHARACTERS long; when it had to change, a hash of the original keeps two
+    names apart."""
+    text = shown(name)
+    if text == name and len(text) <= NAME_CHARACTERS:
+        return text
+    digest = hashlib.sha256(as_bytes(name)).hexdigest()[:8]
+    return f"{text[:NAME_CHARACTERS - 9]}~{digest}"
+
+
+def identify(relative: Path) -> tuple[str, str, str]:
+    """(student, the notebook's chapter file name, Canvas's user ID or "") of a submission at `relative`:
+    Canvas's bulk-download name, a student's folder (nbgrader's submitted/<student>/<assignment>/ too), or a
+    flat file named after the chapter's number and the student (05_ada.ipynb)."""
+    if len(relative.parts) > 1:  # a student names the files in their own folder: never read as another's
+        return clean_name(relative.parts[0]), relative.name, ""
+    canvas = CANVAS.match(relative.name)
+    if canvas and CHAPTER.match(canvas["file"]):
+        return clean_name(canvas["student"]), canvas["file"], canvas["user"]
+    flat = FLAT.match(relative.stem)
+    return clean_name(flat["student"] if flat else relative.stem), relative.name, ""
+
+
 def student_of(relative: Path) -> str:
-    """The student a submission belongs to: its first folder, or its file name's stem (nbgrader's
-    submitted/<student>/<assignment>/<notebook>.ipynb and one folder per student both work)."""
-    return relative.parts[0] if len(relative.parts) > 1 else relative.stem
+    """The student a submission at `relative` belongs to (`identify`)."""
+    return identify(relative)[0]
 
 
 def submissions_in(folder: Path) -> list[Path]:
@@ -163,12 +264,47 @@ def submissions_in(folder: Path) -> list[Path]:
     return sorted(found)
 
 
+def one_per_chapter(paths: list[Path], submissions: Path) -> tuple[list[Path], dict[str, list[str]]]:
+    """The notebooks to grade: for each student and chapter the newest (modification time, then name);
+    and, by student, what was handed in besides and is not graded."""
+    newest: dict[tuple[str, int], Path] = {}
+    skipped: dict[str, list[str]] = {}
+
+    def age(path: Path):
+        try:
+            return path.lstat().st_mtime, str(path)
+        except OSError:
+            return 0.0, str(path)
+
+    graded = []
+    for path in paths:
+        student = identify(path.relative_to(submissions))[0]
+        number = chapter_number(path.name)
+        if number is None:
+            graded.append(path)  # no exercises: listed with a note, nothing runs
+            continue
+        key = (student, number)
+        if key in newest:
+            older, kept = sorted([newest[key], path], key=age)
+            skipped.setdefault(student, []).append(clean_name(str(older.relative_to(submissions))))
+            newest[key] = kept
+        else:
+            newest[key] = path
+    return sorted(graded + list(newest.values())), skipped
+
+
 def grade_folder(submissions: Path, out: Path, timeout: float = 60, hidden: tuple[Path, ...] = (),
                  memory_mb: int = MEMORY_MB, seed: int | None = None, exercise_seconds: float = EXERCISE_SECONDS,
-                 weak: bool = False, jobs: int = 1) -> list[dict]:
-    """Grade every notebook under `submissions` and write the grade files (see the module docstring) to
-    `out`, rewritten after every notebook once its processes are gone."""
-    paths = submissions_in(submissions)
+                 weak: bool = False, jobs: int = 1, deadline: float = RUN_SECONDS,
+                 max_notebooks: int = MAX_NOTEBOOKS) -> list[dict]:
+    """Grade every notebook under `submissions` (one per student and chapter) and write the grade files
+    (see the module docstring) to `out`, rewritten after every notebook once its processes are gone.
+    `deadline` bounds the whole run (seconds): notebooks not started by then score nothing, with the reason."""
+    found = submissions_in(submissions)
+    paths, skipped = one_per_chapter(found, submissions)
+    if len(paths) > max_notebooks:
+        raise ValueError(f"{len(paths)} notebooks to grade, more than max_notebooks={max_notebooks} (--max-notebooks): "
+                         "raise it if the class is that large")
     out.mkdir(parents=True, exist_ok=True)
     hidden = (submissions.resolve(), out.resolve(), *hidden)
     seed = secrets.randbelow(2**31) if seed is None else seed
@@ -178,37 +314,56 @@ def grade_folder(submissions: Path, out: Path, timeout: float = 60, hidden: tupl
             print("weak mode: this system cannot adopt orphaned processes; a process that leaves its session "
                   "may outlive its notebook", file=sys.stderr)
     settings = {"seed": seed, "cases": CASES, "timeout": timeout, "exercise_seconds": exercise_seconds,
-                "memory_mb": memory_mb, "weak": weak, "sandbox": describe_isolation(weak),
+                "memory_mb": memory_mb, "weak": weak, "sandbox": describe_isolation(weak), "deadline": deadline,
                 "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "regrade": f"python -m attention_book.course grade {submissions} {out} --seed {seed}"}
-    (out / "grading.json").write_text(json.dumps(settings, indent=2) + "\n")
+                "not_graded": {student: names for student, names in sorted(skipped.items())},
+                "regrade": f"python -m attention_book.course grade {shown(submissions)} {shown(out)} --seed {seed}"}
+    write_atomically(out / "grading.json", json.dumps(settings, indent=2) + "\n")
     print(settings["sandbox"], file=sys.stderr)
-    print(f"seed {seed} (recorded in {out / 'grading.json'}; --seed {seed} grades the same inputs again)",
+    print(f"seed {seed} (recorded in {shown(out / 'grading.json')}; --seed {seed} grades the same inputs again)",
           file=sys.stderr)
+    for student, names in sorted(skipped.items()):
+        print(f"warning: {shown(student)} handed in more than one notebook of a chapter; graded the newest, not "
+              f"{', '.join(shown(n) for n in names)}", file=sys.stderr)
     rows: dict[Path, list[dict]] = {}
+    canvas_ids: dict[str, str] = {}
     lock = threading.Lock()
-    done = [0]
+    done, started_run = [0], time.monotonic()
 
     def one(path: Path) -> None:
         relative = path.relative_to(submissions)
-        student, started = student_of(relative), time.monotonic()
+        student, _, canvas_id = identify(relative)
+        notebook, started = clean_name(str(relative)), time.monotonic()
+        left = started_run + deadline - started
+        with lock:
+            if notebook != str(relative):
+                print(f"warning: the grade files name {shown(relative)} {notebook} (not plain UTF-8, control "
+                      f"characters or over {NAME_CHARACTERS} characters)", file=sys.stderr)
+            print(f"grading {shown(student)}: {shown(notebook)}", file=sys.stderr)
         try:
-            results = grade_notebook(path, timeout=timeout, hidden=hidden, seed=seed, memory_mb=memory_mb,
-                                     exercise_seconds=exercise_seconds, weak=weak, root=submissions)
+            if left <= 0:
+                results = [Result(name, False, "not graded: the run's deadline passed before this notebook's turn")
+                           for name in chapter_exercises(path.name)]
+            else:
+                results = grade_notebook(path, timeout=min(timeout, left), hidden=hidden, seed=seed,
+                                         memory_mb=memory_mb, exercise_seconds=exercise_seconds, weak=weak,
+                                         root=submissions)
         except Exception as error:  # noqa: BLE001 - the grader's own failure costs this notebook only
-            print(f"error while grading {path}:\n{traceback.format_exc()}", file=sys.stderr)
+            print(f"error while grading {shown(path)}:\n{shown(traceback.format_exc())}", file=sys.stderr)
             results = [Result(name, False, f"the grader failed on this notebook ({type(error).__name__}); the "
                                            "teacher has the details") for name in chapter_exercises(path.name)]
         if weak:
             kill_children()  # every process the notebook left behind, before anything is written
         with lock:
-            rows[path] = [{"student": student, "notebook": str(relative), "exercise": r.exercise, "passed": r.passed,
+            rows[path] = [{"student": student, "notebook": notebook, "exercise": r.exercise, "passed": r.passed,
                            "message": r.message} for r in results]
-            write_grades(out, [row for p in sorted(rows) for row in rows[p]])
+            if canvas_id:
+                canvas_ids[student] = canvas_id
+            write_grades(out, [row for p in sorted(rows) for row in rows[p]], skipped, canvas_ids)
             done[0] += 1
             passed = sum(r.passed for r in results)
             note = "" if results else "  (no graded exercises: is the file named after its chapter?)"
-            print(f"[{done[0]}/{len(paths)}] {student:16} {str(relative):40} {passed}/{len(results)} "
+            print(f"[{done[0]}/{len(paths)}] {shown(student):16} {shown(notebook):40} {passed}/{len(results)} "
                   f"({time.monotonic() - started:.0f} s){note}", file=sys.stderr)
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -216,12 +371,19 @@ def grade_folder(submissions: Path, out: Path, timeout: float = 60, hidden: tupl
     if weak:
         kill_children()
     every = [row for p in sorted(rows) for row in rows[p]]
-    write_grades(out, every)  # last, after every child is gone
+    write_grades(out, every, skipped, canvas_ids)  # last, after every child is gone
     return every
 
 
-def write_grades(out: Path, rows: list[dict]) -> None:
-    """results.csv, scores.csv, totals.csv, lms.csv and feedback/<student>.md from the rows so far."""
+def chapter_of(exercise: str) -> int:
+    return int(exercise.split(".")[0].removeprefix("ch"))
+
+
+def write_grades(out: Path, rows: list[dict], skipped: dict[str, list[str]] | None = None,
+                 canvas_ids: dict[str, str] | None = None) -> None:
+    """results.csv, scores.csv, totals.csv, canvas.csv, gradescope_chN.csv and feedback/<student>.md from
+    the rows so far."""
+    skipped, canvas_ids = skipped or {}, canvas_ids or {}
     write_table(out / "results.csv", rows, RESULT_FIELDS)
     notebooks: dict[tuple[str, str], list[dict]] = {}
     for row in rows:
@@ -233,29 +395,120 @@ def write_grades(out: Path, rows: list[dict]) -> None:
         students.setdefault(row["student"], []).append(row)
     write_table(out / "totals.csv", [{"student": s, "passed": sum(r["passed"] for r in rs), "total": len(rs)}
                                      for s, rs in sorted(students.items())], TOTAL_FIELDS)
-    exercises = sorted({row["exercise"] for row in rows}, key=lambda name: list(CHECKS).index(name))
-    lms = []
-    for student, student_rows in sorted(students.items()):
-        marks = {r["exercise"]: int(r["passed"]) for r in student_rows}
-        lms.append({"Student": student, "SIS Login ID": student, **{e: marks.get(e, 0) for e in exercises},
-                    "Total": sum(marks.values())})
-    write_table(out / "lms.csv", lms, ["Student", "SIS Login ID", *exercises, "Total"])
-    (out / "feedback").mkdir(exist_ok=True)
+    write_lms(out, students, canvas_ids)
+    write_feedback(out, students, notebooks, skipped)
+
+
+def write_lms(out: Path, students: dict[str, list[dict]], canvas_ids: dict[str, str]) -> None:
+    """Canvas's gradebook import (canvas.csv: Student, ID, SIS User ID, SIS Login ID, Section, then one
+    column per chapter, a new assignment each, and the Points Possible row) and Gradescope's score upload
+    (gradescope_chN.csv: Name, SID, Email, Total Score; one assignment per file)."""
+    every = [row for rows in students.values() for row in rows]
+    chapters = sorted({chapter_of(row["exercise"]) for row in every})
+    possible = {n: sum(1 for name in CHECKS if chapter_of(name) == n) for n in chapters}
+    column = {n: f"Chapter {n} exercises" for n in chapters}
+    marks = {s: {n: sum(int(r["passed"]) for r in rows if chapter_of(r["exercise"]) == n) for n in chapters}
+             for s, rows in students.items()}
+    fields = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", *column.values()]
+    canvas = [{"Student": "    Points Possible", **{column[n]: possible[n] for n in chapters}}]
+    canvas += [{"Student": s, "ID": canvas_ids.get(s, ""), "SIS Login ID": s,
+                **{column[n]: marks[s][n] for n in chapters}} for s in sorted(students)]
+    write_table(out / "canvas.csv", canvas, fields)
+    for old in out.glob("gradescope_ch*.csv"):
+        if int(old.stem.removeprefix("gradescope_ch") or 0) not in chapters:
+            old.unlink()
+    for n in chapters:
+        handed_in = sorted(s for s in students if any(chapter_of(r["exercise"]) == n for r in students[s]))
+        write_table(out / f"gradescope_ch{n}.csv", [{"Name": s, "SID": s, "Email": "", "Total Score": marks[s][n]}
+                                                   for s in handed_in], ["Name", "SID", "Email", "Total Score"])
+
+
+def markdown_text(text: str) -> str:
+    """`text` as a Markdown code span: no link, image, HTML or emphasis in it is rendered, on one line."""
+    text = " ".join(shown(str(text)).split())
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}"
+
+
+def feedback_names(students) -> dict[str, str]:
+    """One file name per student, never shared: the name itself where it is a plain one, else its plain
+    characters and a hash of the whole name ("ada smith" and "ada_smith" get two files)."""
+    names = {}
+    for student in sorted(students):
+        plain = re.sub(r"[^\w.-]", "_", student, flags=re.ASCII).lstrip(".")[:NAME_CHARACTERS] or "_"
+        if plain != student:
+            plain = f"{plain[:NAME_CHARACTERS - 9]}~{hashlib.sha256(as_bytes(student)).hexdigest()[:8]}"
+        names[student] = plain
+    return names
+
+
+def write_feedback(out: Path, students: dict[str, list[dict]], notebooks: dict, skipped: dict[str, list[str]]) -> None:
+    """feedback/<student>.md for every student graded, and no other file there (a re-grade removes those of
+    students no longer in the class)."""
+    folder = out / "feedback"
+    folder.mkdir(exist_ok=True)
+    names = feedback_names(students)
     for student, student_rows in students.items():
-        lines = [f"# Feedback for {student}", "", f"Total: {sum(r['passed'] for r in student_rows)} of "
-                 f"{len(student_rows)} exercises.", ""]
+        lines = [f"# Feedback for {markdown_text(student)}", "", f"Total: {sum(r['passed'] for r in student_rows)} "
+                 f"of {len(student_rows)} exercises.", ""]
         for (who, notebook), notebook_rows in notebooks.items():
             if who != student:
                 continue
-            lines += [f"## {notebook}", ""]
-            lines += [f"- {'✓' if r['passed'] else '✗'} `{r['exercise']}`: {r['message']}" for r in notebook_rows]
+            lines += [f"## {markdown_text(notebook)}", ""]
+            lines += [f"- {'✓' if r['passed'] else '✗'} `{r['exercise']}`: {markdown_text(r['message'])}"
+                      for r in notebook_rows]
             lines.append("")
-        name = re.sub(r"[^\w.-]", "_", student) or "_"
-        (out / "feedback" / f"{name}.md").write_text("\n".join(lines))
+        if skipped.get(student):
+            lines += ["Not graded (only the newest notebook of a chapter is): "
+                      + ", ".join(markdown_text(n) for n in skipped[student]), ""]
+        write_atomically(folder / f"{names[student]}.md", "\n".join(lines))
+    keep = {f"{name}.md" for name in names.values()}
+    for old in folder.glob("*.md"):
+        if old.name not in keep:
+            old.unlink()
+
+
+def cell(value):
+    """A CSV cell no spreadsheet reads as a formula: text starting with = + - @, a tab or a carriage return
+    gets a leading apostrophe."""
+    if isinstance(value, str) and value.startswith(FORMULA):
+        return "'" + value
+    return value
 
 
 def write_table(path: Path, rows: list[dict], fields: list[str]) -> None:
-    with open(path, "w", newline="") as file:
-        writer = csv.DictWriter(file, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
+    """A CSV file written whole, then moved in place; a row that cannot be written becomes a row saying so."""
+    lines = []
+    for row in rows:
+        try:
+            buffer = _Lines()
+            csv.DictWriter(buffer, fieldnames=fields).writerow({k: cell(shown(v) if isinstance(v, str) else v)
+                                                               for k, v in row.items()})
+            lines.append(buffer.text)
+        except Exception as error:  # noqa: BLE001 - one bad row costs that row only
+            buffer = _Lines()
+            csv.writer(buffer).writerow([f"(a row that could not be written: {type(error).__name__})"])
+            lines.append(buffer.text)
+    header = _Lines()
+    csv.writer(header).writerow(fields)
+    write_atomically(path, header.text + "".join(lines))
+
+
+class _Lines:
+    def __init__(self):
+        self.text = ""
+
+    def write(self, text: str) -> None:
+        self.text += text
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """`text` into `path` through a temporary file in the same folder: a reader never sees half a file."""
+    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8", newline="") as file:
+            file.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

@@ -3,13 +3,17 @@
 
 The child's view of the machine is built from an allow-list with bubblewrap (`bwrap`, Debian's and
 Ubuntu's `bubblewrap` package; `make bwrap` installs it): a new root that holds only the operating system's
-programs and libraries (/usr and its links), the Python installation, the installed packages (without the
-grader's checks, which are covered by an empty folder) and a fresh scratch folder, the only writable
-place. Nothing else of the machine exists there: no home folder, no /tmp, no submissions, no grades, no
-Unix socket of the host. It also gets new user, PID, network, IPC and UTS namespaces (no network at all,
+programs and libraries (/usr and its links), the Python interpreter and standard library, the installed
+packages (site-packages; the grader's checks covered by an empty folder), this package's own files one by
+one where it is installed from a checkout (nothing else of the checkout), and a scratch folder on a tmpfs
+of SCRATCH_MB, the only writable place besides /dev/shm (a tmpfs of SHM_MB). Nothing else of the machine
+exists there: not the working directory or PYTHONPATH's folders, no home folder, no /tmp, no
+submissions, no grades, no Unix socket of the host. It also gets new user, PID, network, IPC and UTS namespaces (no network at all,
 no other process visible), a new session, no capabilities, an environment with nothing of the grader's in
-it, limits on memory, CPU time, file size and (where the kernel honours it) the number of processes, and,
-where this user may create cgroups, a cgroup bounding the notebook's processes and total memory.
+it, limits on CPU time, file size and (where the kernel honours it) the number of processes, and, where
+this user may create cgroups, a cgroup bounding the notebook's processes and total memory; without one,
+the grader adds up the memory of the notebook's processes while it waits for an answer (`tree_memory`)
+and stops the notebook above its bound.
 
 Without bwrap or user namespaces (macOS, containers whose seccomp profile forbids them) the grader
 refuses to grade unless the teacher asks for the weak mode (`--weak`): the child then runs in a session
@@ -32,7 +36,11 @@ from pathlib import Path
 
 from . import wire
 
-MEMORY_MB = 2048  # address space of each of the child's processes (MB); torch and numpy take about 0.7 GB
+MEMORY_MB = 2048  # memory of one notebook's processes and its scratch and /dev/shm (MB)
+MEMORY_FLOOR_MB = 768  # below this not even an honest notebook runs: the worker with torch takes about 0.4 GB
+SCRATCH_MB = 128  # the scratch folder: a tmpfs of this size (in the sandbox)
+SHM_MB = 64  # /dev/shm: a tmpfs of this size (in the sandbox)
+ADDRESS_SPACE = 8  # each process's address space is bounded at this many times the memory (a backstop only)
 PROCESSES = 32  # processes per notebook (the cgroup's pids.max; RLIMIT_NPROC where the kernel applies it)
 FILE_MB = 64  # largest file the child may write
 MESSAGE_MB = 16  # largest answer the grader reads from the child
@@ -54,23 +62,65 @@ class ExerciseEnded(Exception):
     """The process of one exercise ended (exited, killed) while the notebook's sandbox lives on."""
 
 
+PACKAGE_FILES = {".py", ".pyc", ".json", ".pt", ".h5", ".css", ".js", ".typed"}  # what the package holds
+
+
 def allowed_paths() -> list[Path]:
-    """What the child may read: the Python installation, the installed packages and this package."""
-    candidates = [Path(sys.base_prefix), Path(sys.prefix), Path(sys.exec_prefix), Path(sys.executable).resolve().parent,
-                  ROOT, *(Path(p) for p in sys.path if p)]
+    """The folders the child may read: the Python installation's standard library and the installed
+    packages (site-packages). Never the working directory, PYTHONPATH's entries or any other folder on
+    sys.path: this package, when it is installed from a checkout (editable), is `package_files`."""
+    import site
+    import sysconfig
+
+    base = sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_exec_prefix,
+                                     "installed_base": sys.base_prefix, "installed_platbase": sys.base_exec_prefix})
+    here = sysconfig.get_paths()
+    candidates = [base["stdlib"], base["platstdlib"], here["purelib"], here["platlib"], *site.getsitepackages()]
     paths: list[Path] = []
-    for path in sorted({p.resolve() for p in candidates if p.exists()}, key=lambda p: len(p.parts)):
+    for path in sorted({Path(p).resolve() for p in candidates if p and Path(p).is_dir()}, key=lambda p: len(p.parts)):
         if path == Path("/") or any(path.is_relative_to(kept) for kept in paths):
             continue
         paths.append(path)
     return paths
 
 
+def interpreter_files() -> list[tuple[Path, Path]]:
+    """(source, place in the child) of the files that start Python: the interpreter, its shared library
+    and a virtual environment's pyvenv.cfg."""
+    import sysconfig
+
+    executable = Path(sys.executable)
+    files = [(executable.resolve(), executable.resolve()), (executable.resolve(), executable)]
+    libraries = {sysconfig.get_config_var(name) or "" for name in ("LDLIBRARY", "INSTSONAME")} - {""}
+    for folder in {sysconfig.get_config_var("LIBDIR"), str(Path(sys.base_prefix) / "lib")}:
+        for library in libraries:
+            if folder and (Path(folder) / library).exists():
+                files.append(((Path(folder) / library).resolve(), Path(folder) / library))
+    config = Path(sys.prefix) / "pyvenv.cfg"
+    if config.exists():
+        files.append((config.resolve(), config))
+    return [(source, place) for source, place in files if not place.is_relative_to("/usr")]
+
+
+def package_files() -> list[Path]:
+    """This package's own files (code, its bytecode and data), one by one, without the grader's checks:
+    what the child needs of a checkout the package is installed from, and nothing else of it."""
+    package = ROOT / "attention_book"
+    found = []
+    for parent, folders, files in os.walk(package):
+        here = Path(parent)
+        folders[:] = [f for f in folders if (here / f).resolve() != CHECKS.resolve() and not f.startswith(".")]
+        found += [here / f for f in files if Path(f).suffix in PACKAGE_FILES and not (here / f).is_symlink()]
+    return sorted(found)
+
+
 def bwrap_prefix(scratch: Path, hidden: tuple[Path, ...] = ()) -> list[str]:
-    """bubblewrap's command line: a root built from the allow-list, `scratch` writable, namespaces, no
-    capabilities. `hidden` folders inside an allowed path are covered by empty ones."""
+    """bubblewrap's command line: a root built from the allow-list, `scratch` a size-bounded tmpfs and
+    the only writable place, /dev/shm bounded too, namespaces, no capabilities. `hidden` folders inside an
+    allowed path are covered by empty ones."""
     args = ["bwrap", "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-            "--clearenv", "--proc", "/proc", "--dev", "/dev", "--ro-bind", "/usr", "/usr"]
+            "--clearenv", "--proc", "/proc", "--dev", "/dev", "--size", str(SHM_MB << 20), "--tmpfs", "/dev/shm",
+            "--ro-bind", "/usr", "/usr"]
     for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         path = Path("/") / top
         if path.is_symlink():
@@ -80,10 +130,15 @@ def bwrap_prefix(scratch: Path, hidden: tuple[Path, ...] = ()) -> list[str]:
     allowed = [p for p in allowed_paths() if not p.is_relative_to("/usr")]
     for path in allowed:
         args += ["--ro-bind", str(path), str(path)]
+    for source, place in interpreter_files():
+        args += ["--ro-bind", str(source), str(place)]
+    if not any(ROOT.resolve().is_relative_to(p) for p in [Path("/usr"), *allowed]):
+        for path in package_files():
+            args += ["--ro-bind", str(path), str(path)]
     for path in {CHECKS.resolve(), *(p.resolve() for p in hidden)}:
         if path.is_dir() and any(path.is_relative_to(p) for p in [Path("/usr"), *allowed]):
             args += ["--tmpfs", str(path)]
-    args += ["--bind", str(scratch), str(scratch), "--chdir", str(scratch)]
+    args += ["--size", str(SCRATCH_MB << 20), "--tmpfs", str(scratch), "--chdir", str(scratch)]
     for name, value in {**ENVIRONMENT, "HOME": str(scratch), "TMPDIR": str(scratch)}.items():
         args += ["--setenv", name, value]
     return args
@@ -110,11 +165,12 @@ def isolation() -> str | None:
 def describe_isolation(weak: bool = False) -> str:
     """One line for the grading log: what the sandbox isolates on this machine."""
     bound = "processes and memory bounded by a cgroup" if Cgroup.available() else \
-        "memory bounded per process (no cgroup can be made here: the process count is bounded only for non-root users)"
+        "memory bounded per notebook by the grader's count of its processes' memory (no cgroup can be made here: " \
+        "the process count is bounded only for non-root users)"
     if not weak and isolation() is None:
-        return ("sandbox: allow-list root (Python, packages, scratch folder; nothing else readable, only the scratch "
-                f"folder writable), no network, no Unix sockets of the host, own PIDs, no capabilities; {bound}; "
-                "time limits per exercise and notebook")
+        return (f"sandbox: allow-list root (Python, packages, scratch folder of {SCRATCH_MB} MB; nothing else readable, "
+                "only the scratch folder and /dev/shm writable), no network, no Unix sockets of the host, own PIDs, "
+                f"no capabilities, no program can start; {bound}; time limits per exercise and notebook")
     why = "asked for with --weak" if isolation() is None else isolation()
     return (f"WEAK sandbox ({why}): own session, scratch folder, clean environment, time limits; {bound}; every "
             "process killed after its notebook; the network, the teacher's files and processes are NOT isolated")
@@ -259,12 +315,47 @@ def _limits(seconds: float, memory_mb: int, cgroup: "Cgroup | None"):
 
         if cgroup is not None:
             cgroup.enter()
-        resource.setrlimit(resource.RLIMIT_AS, (memory_mb << 20, memory_mb << 20))
+        space = (memory_mb * ADDRESS_SPACE) << 20  # torch reserves far more address space than it uses
+        resource.setrlimit(resource.RLIMIT_AS, (space, space))
         resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_MB << 20, FILE_MB << 20))
         cpu = int(seconds) + 5
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     return apply
+
+
+def tree_memory(root: int) -> int:
+    """Bytes of memory the process `root` and all its descendants use: the sum of their proportional set
+    sizes (shared pages, such as torch's after a fork, counted once), or of their resident sizes where the
+    kernel gives no PSS."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                parents[int(entry)] = int(stat[stat.rindex(")") + 2:].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    tree, grew = {root}, True
+    while grew:
+        grew = False
+        for pid, parent in parents.items():
+            if parent in tree and pid not in tree:
+                tree.add(pid)
+                grew = True
+    total = 0
+    for pid in tree:
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1]) << 10
+                    break
+        except (OSError, ValueError):
+            try:
+                total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            except (OSError, ValueError, IndexError):
+                pass
+    return total
 
 
 class Sandbox:
@@ -278,9 +369,12 @@ class Sandbox:
 
     def __init__(self, timeout: float = 60, memory_mb: int = MEMORY_MB, hidden: tuple[Path, ...] = (),
                  weak: bool = False):
+        if memory_mb < MEMORY_FLOOR_MB:
+            raise ValueError(f"memory_mb={memory_mb} is below the floor of {MEMORY_FLOOR_MB} MB: the worker alone (Python "
+                             "with torch and numpy) needs about 0.4 GB")
         self.deadline = self.notebook_deadline = time.monotonic() + timeout
         self.scratch = tempfile.mkdtemp(prefix="attention-book-grading-")
-        self.weak = weak
+        self.weak, self.memory_mb, self.largest = weak, memory_mb, 0
         if not weak and isolation() is not None:
             raise RuntimeError(f"the sandbox cannot isolate submissions here ({isolation()}); grade with --weak to "
                                "accept a weaker sandbox")
@@ -300,8 +394,11 @@ class Sandbox:
         self.buffer = b""
         self.ended: str | None = None
         self.in_exercise = False
+        # Without a cgroup the grader bounds the sum of the processes' memory itself (tree_memory); in the
+        # sandbox the scratch folder and /dev/shm, tmpfs outside that sum, come out of the same budget.
+        self.budget = None if self.cgroup is not None else (memory_mb - (0 if weak else SCRATCH_MB + SHM_MB)) << 20
         try:
-            self._receive()  # {"ready": true}
+            self._receive()  # {"ready": true, "sealed": whether no program can start}
         except SandboxEnded:
             self.close()
             raise
@@ -358,7 +455,8 @@ class Sandbox:
     def call(self, *args):
         """The student's function on `args`, run in the child; returns the decoded value or raises."""
         answer = self._exchange({"call": wire.encode(list(args))})
-        if set(answer) == {"value"}:
+        if set(answer) == {"value", "largest"} and isinstance(answer["largest"], int):
+            self.largest = answer["largest"]  # the largest tensor the call made (elements)
             try:
                 return wire.decode(answer["value"])
             except (ValueError, TypeError, RecursionError) as error:
@@ -387,7 +485,9 @@ class Sandbox:
             left = self.deadline - time.monotonic()
             if left <= 0:
                 raise self._end("time limit reached")
-            if not select.select([stream], [], [], left)[0]:
+            if self.budget is not None and tree_memory(self.process.pid) > self.budget:
+                raise self._end(f"it used more than the {self.memory_mb} MB of memory a notebook may use")
+            if not select.select([stream], [], [], min(left, 0.2))[0]:
                 continue
             chunk = os.read(stream, 1 << 20)
             if not chunk:

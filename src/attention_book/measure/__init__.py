@@ -4,8 +4,9 @@ Nothing in the chapters' modules times or measures itself; these functions wrap 
 in `attention_book.measure.memory`, which also runs as a command in a fresh process.
 """
 
-from .benchmark import interleaved_medians, load_result, machine, measure_generation, save_result, time_steps
+from .benchmark import (interleaved_medians, interleaved_times, load_result, machine, measure_generation,
+                        round_ratios, save_result, time_steps)
 from .flops import attention_tflops
 
-__all__ = ["attention_tflops", "interleaved_medians", "load_result", "machine", "measure_generation", "save_result",
-           "time_steps"]
+__all__ = ["attention_tflops", "interleaved_medians", "interleaved_times", "load_result", "machine",
+           "measure_generation", "round_ratios", "save_result", "time_steps"]

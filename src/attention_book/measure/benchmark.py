@@ -78,10 +78,11 @@ def load_result(name: str) -> dict:
 
 
 def interleaved_times(functions: dict, repeats: int = 5, progress: bool = True) -> dict:
-    """Seconds of every run of each of `functions` (name -> callable), run in turn `repeats` times (chapter 3).
+    """Seconds of each of `functions` (name -> callable) in each of `repeats` rounds, the functions taking turns
+    within a round -> name -> list of seconds, one per round (chapters 3, 9).
 
-    Interleaving spreads the machine's slow moments over all of them, so their ratios stay fair; the lists
-    keep the spread, so that no ranking is read from a gap smaller than it.
+    Interleaving spreads the machine's slow moments over all of them: the ratio of two functions' times in
+    the same round is fair even when the rounds differ.
     """
     times = {name: [] for name in functions}
     with torch.inference_mode():
@@ -97,7 +98,14 @@ def interleaved_times(functions: dict, repeats: int = 5, progress: bool = True) 
     return times
 
 
+def round_ratios(seconds_per_round: dict, method: str, baseline: str) -> tuple[float, float, float]:
+    """`method`'s time over `baseline`'s within each interleaved round -> (median, lowest, highest) over the
+    rounds (chapter 9): the spread a stored ratio carries."""
+    ratios = sorted(a / b for a, b in zip(seconds_per_round[method], seconds_per_round[baseline], strict=True))
+    return statistics.median(ratios), ratios[0], ratios[-1]
+
+
 def interleaved_medians(functions: dict, repeats: int = 5, progress: bool = True) -> dict:
-    """Median seconds of each of `functions`, timed by `interleaved_times` (chapters 3, 9)."""
+    """Median seconds of each of `functions` (name -> callable), run in turn `repeats` times (chapters 3, 9)."""
     times = interleaved_times(functions, repeats, progress)
     return {name: statistics.median(seconds) for name, seconds in times.items()}

@@ -1,7 +1,7 @@
 """Checks for the graded exercises: a student's function against the reference on random inputs (course
 tooling; the chapters call `check` through `from attention_book.course import check`).
 
-One module per chapter (`ch01` … `ch11`) holds that chapter's checks and its registry entries; `common`
+One module per chapter (`ch01` … `ch12`) holds that chapter's checks and its registry entries; `common`
 holds what they share. A check is one function `check_x(student, seed)` that calls `student` on random
 inputs drawn from `seed` and returns None when every answer is right, else the first specific problem it
 finds. Its registry entry (`Check`) names the exercise ("chN.name"), the function a solution cell
@@ -17,12 +17,12 @@ function name and the forbidden tuple, and name the same dotted names in the exe
 
 from collections.abc import Callable
 
-from ..feedback import Result
-from . import ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10, ch11
+from ..verdict import Result, not_implemented
+from . import ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10, ch11, ch12
 from .ch10 import rope_half_reference
 from .common import CASES, Check
 
-CHAPTERS = (ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10, ch11)
+CHAPTERS = (ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10, ch11, ch12)
 CHECKS: dict[str, Check] = {name: entry for chapter in CHAPTERS for name, entry in chapter.CHECKS.items()}
 
 
@@ -49,17 +49,46 @@ def calling(student_function) -> Callable:
     return call
 
 
+class Shortcut(Exception):
+    """The function's answer may be right, but it skipped the method the exercise asks for."""
+
+
+def method_kept(call: Callable, entry: Check, in_kernel: bool) -> Callable:
+    """`call`, raising `Shortcut` when it makes a tensor larger than the exercise's method needs: measured
+    here (`in_kernel`) or by the sandbox's worker (`call.largest`)."""
+    def bounded(*args):
+        if in_kernel:
+            from ..worker import LargestTensor
+
+            with LargestTensor() as measured:
+                value = call(*args)
+            largest = measured.largest
+        else:
+            value = call(*args)
+            largest = call.largest
+        bound = entry.largest(*args)
+        if largest > bound:
+            raise Shortcut(f"{entry.method}: your function made a tensor of {largest} elements where the method "
+                           f"needs at most {bound} for these inputs")
+        return value
+    return bounded
+
+
 def evaluate(exercise: str, student_function, seed: int = 0, call: Callable | None = None) -> Result:
     """Run the named check on `student_function` (or on `call`, which raises `StudentRaised` itself) and
     return the verdict with its feedback."""
     if exercise not in CHECKS:
         raise KeyError(f"no check named {exercise!r}; known: {sorted(CHECKS)}")
+    entry = CHECKS[exercise]
+    run = call or calling(student_function)
+    if entry.largest is not None:
+        run = method_kept(run, entry, in_kernel=call is None)
     try:
-        problem = CHECKS[exercise].run(call or calling(student_function), seed)
+        problem = entry.run(run, seed)
     except StudentRaised as error:
-        problem = f"not implemented yet. Hint: {error.message}" if error.name == "NotImplementedError" else \
+        problem = not_implemented(error.message) if error.name == "NotImplementedError" else \
             f"your function raised {error.name}: {error.message}"
-    except Stopped as error:
+    except (Stopped, Shortcut) as error:
         problem = str(error)
     except Exception as error:  # a result the check cannot even read is feedback too
         problem = f"your function's result could not be checked ({type(error).__name__}: {error})"

@@ -8,7 +8,6 @@ from ...keras_decoder import (
     attend,
     decoder_forward,
     keras_weight_map,
-    load_trained_weights,
     project,
     softmax,
 )
@@ -83,57 +82,81 @@ def check_forward_from_h5(forward_from_h5, seed: int = 0) -> str | None:
     return None
 
 
-def greedy_reference(weights: dict, prompt: list, steps: int) -> list:
-    tokens = list(prompt)
-    for _ in range(steps):
-        probabilities = decoder_forward(weights, np.array([tokens]))  # (1, t, V)
-        tokens.append(int(probabilities[0, -1].argmax()))
+KERAS_LARGE_NEGATIVE = -0.7 * 3.38953e38  # what Keras's fused path writes for a masked score
+
+
+def padded_reference(w: dict, tokens: np.ndarray, key_mask: bool = True, query_mask: bool = True) -> np.ndarray:
+    """The decoder as Keras runs it with Embedding(mask_zero=True), id 0 padding: query i sees key j when
+    j <= i and both ids are not 0; a query that sees nothing gets uniform weights (the fused path).
+    `key_mask` and `query_mask` off reproduce the usual mistakes."""
+    x = w["embedding"][tokens]  # (B, T, E)
+    q, k, v = (project(x, w[f"{n}_kernel"], w[f"{n}_bias"]) for n in ("query", "key", "value"))  # (B, H, T, d_k)
+    T = tokens.shape[1]
+    real = tokens != 0  # (B, T)
+    allowed = np.tril(np.ones((T, T), dtype=bool))[None]  # (1, T, T)
+    if key_mask:
+        allowed = allowed & real[:, None, :]
+    if query_mask:
+        allowed = allowed & real[:, :, None]  # (B, T, T)
+    scores = np.einsum("bhtk,bhsk->bhts", q, k) / np.sqrt(q.shape[-1])
+    scores = np.where(allowed[:, None], scores, KERAS_LARGE_NEGATIVE)  # (B, H, T, T)
+    context = np.einsum("bhts,bhsk->bhtk", softmax(scores), v)
+    return read_out(w, np.einsum("bhtk,hke->bte", context, w["output_kernel"]) + w["output_bias"])
+
+
+def padded_tokens(rng, vocab_size: int) -> np.ndarray:
+    """A batch (B, T) with right padding, left padding and an all-padding row (id 0)."""
+    B, T = 4, int(rng.integers(3, 7))
+    tokens = rng.integers(1, vocab_size, size=(B, T))
+    n = int(rng.integers(1, T))
+    tokens[0, T - n:] = 0  # right padding
+    tokens[1, :n] = 0  # left padding
+    tokens[2] = 0  # nothing but padding
     return tokens
 
 
-def check_generate(generate_by_hand, seed: int = 0) -> str | None:
-    """Chapter 6: greedy generation with the decoder's weights {name: array}: prompt (list of ids) and a
-    number of steps -> the prompt and the generated ids, a list. The stored decoder must write 今天天气真好
-    from 今."""
+def check_padded(padded_forward, seed: int = 0) -> str | None:
+    """Chapter 6: the decoder's arrays {name: array} and ids (B, T) with padding id 0 -> the probabilities
+    (B, T, V) that Keras gives with Embedding(mask_zero=True), checked against the reference above (which
+    matches Keras 3.15 to float32 rounding)."""
     rng = np.random.default_rng([seed, 16])
-    trained = load_trained_weights()
-    cases = [(trained, [1], 5)]
-    for _ in range(CASES - 1):
+    for _ in range(CASES):
         config = random_config(rng)
         named, _ = random_decoder(rng, config)
-        prompt = [int(t) for t in rng.integers(0, config.vocab_size, size=int(rng.integers(1, 4)))]
-        cases.append((named, prompt, int(rng.integers(1, 6))))
-    for weights, prompt, steps in cases:
-        got = generate_by_hand(dict(weights), list(prompt), steps)
-        expected = greedy_reference(weights, prompt, steps)
-        try:
-            got = [int(t) for t in np.asarray(got).reshape(-1)]
-        except (TypeError, ValueError):
-            return "return a list of token ids: the prompt, then the generated tokens"
-        if got == expected:
+        tokens = padded_tokens(rng, config.vocab_size)
+        expected = padded_reference(named, tokens)
+        got = np.asarray(padded_forward(dict(named), tokens.copy()))
+        if problem := shape_problem(got, expected.shape, "the probabilities"):
+            return problem + " (B, T, V)"
+        if np.allclose(got, expected, atol=1e-6):
             continue
-        if len(got) == steps:
-            return f"return the prompt {prompt} too, then the {steps} new tokens"
-        if len(got) != len(expected):
-            return f"prompt {prompt} and {steps} steps: expected {len(expected)} ids, yours has {len(got)}"
-        first = next(i for i, (a, b) in enumerate(zip(got, expected, strict=True)) if a != b)
-        position_0 = [prompt[0]] + [int(decoder_forward(weights, np.array([prompt[:1]]))[0, -1].argmax())] * steps
-        if got[:len(prompt) + 1] == position_0[:len(prompt) + 1] and len(prompt) > 1:
-            return "each step must read the probabilities at the last position (the newest token), not position 0"
-        if weights is trained:
-            return f"from 今 the stored decoder writes 今天天气真好 {expected}; yours gives {got}"
-        return f"prompt {prompt}: token {first} should be {expected[first]}, yours is {got[first]} (greedy: the " \
-               "argmax of the last position's probabilities, appended, then the whole sequence again)"
+        real = tokens != 0
+        if np.allclose(got, padded_reference(named, tokens, key_mask=False), atol=1e-6) or np.allclose(
+                got, decoder_forward(named, tokens), atol=1e-6):
+            return f"ids {tokens[1].tolist()} (left padding): the real tokens read the padding keys; " \
+                   "mask_zero=True masks every key whose id is 0"
+        if np.allclose(got[real], expected[real], atol=1e-6):
+            return f"the real positions are right, the padding ones not (ids {tokens[0].tolist()}): Keras " \
+                   "masks the query side too, so a padding query sees no key, and the fused path gives it " \
+                   "uniform weights over all T keys"
+        wrong = np.argwhere(~np.isclose(got, expected, atol=1e-6))[0]
+        return f"ids {tokens[wrong[0]].tolist()}: probabilities{list(int(i) for i in wrong)} are " \
+               f"{got[tuple(wrong)]:.4f}, expected {expected[tuple(wrong)]:.4f}"
     return None
 
 
 TWO_LAYER = "layers/multi_head_attention_1"
 
 
+def residual(w: dict, x: np.ndarray) -> np.ndarray:
+    """x + one causal MultiHeadAttention of x: a residual connection around the layer, (B, T, E)."""
+    return x + attention_layer(w, x)
+
+
 def check_two_layers(two_layer_forward, seed: int = 0) -> str | None:
-    """Chapter 6: a model Embedding -> MultiHeadAttention -> MultiHeadAttention -> Dense(softmax), both
-    attentions causal, from its `.weights.h5` datasets; Keras names the second attention's group
-    `multi_head_attention_1`."""
+    """Chapter 6: a model Embedding -> x + MultiHeadAttention(x) -> x + MultiHeadAttention(x) ->
+    Dense(softmax), both attentions causal, from its `.weights.h5` datasets; Keras names the second
+    attention's group `multi_head_attention_1`."""
     rng = np.random.default_rng([seed, 26])
     for _ in range(CASES):
         config = random_config(rng)
@@ -146,18 +169,20 @@ def check_two_layers(two_layer_forward, seed: int = 0) -> str | None:
         B, T = (int(n) for n in rng.integers(1, 4, size=2))
         tokens = rng.integers(0, config.vocab_size, size=(B, T + 1))
         x = first["embedding"][tokens]
-        expected = read_out(first, attention_layer(second, attention_layer(first, x)))
+        expected = read_out(first, residual(second, residual(first, x)))
         got = np.asarray(two_layer_forward(dict(datasets), tokens.copy()))
         if problem := shape_problem(got, expected.shape, "the probabilities"):
             return problem + " (B, T, V)"
         if np.allclose(got, expected, atol=1e-6):
             continue
-        if np.allclose(got, read_out(first, attention_layer(first, attention_layer(first, x))), atol=1e-6):
+        if np.allclose(got, read_out(first, attention_layer(second, attention_layer(first, x))), atol=1e-6):
+            return "the residual connections are missing: each attention's output is added to its input"
+        if np.allclose(got, read_out(first, residual(first, residual(first, x))), atol=1e-6):
             return f"both attention layers used the arrays of layers/multi_head_attention; the second is " \
                    f"{TWO_LAYER} (Keras numbers a class's second layer _1)"
-        if np.allclose(got, read_out(first, attention_layer(second, attention_layer(second, x))), atol=1e-6):
+        if np.allclose(got, read_out(first, residual(second, residual(second, x))), atol=1e-6):
             return f"both attention layers used {TWO_LAYER}; the first is layers/multi_head_attention"
-        if np.allclose(got, read_out(first, attention_layer(first, attention_layer(second, x))), atol=1e-6):
+        if np.allclose(got, read_out(first, residual(first, residual(second, x))), atol=1e-6):
             return f"the layers are in the wrong order: {TWO_LAYER} is the second attention, applied after the first"
         wrong = np.argwhere(~np.isclose(got, expected, atol=1e-6))[0]
         return f"probabilities{list(int(i) for i in wrong)} are {got[tuple(wrong)]:.4f}, " \
@@ -169,8 +194,8 @@ CHECKS: dict[str, Check] = {
     "ch6.forward_from_h5": Check(check_forward_from_h5, "forward_from_h5",
           forbidden=("attention_book.keras_decoder.decoder_forward", "attention_book.keras_decoder.attend",
                      "attention_book.keras_decoder.project")),
-    "ch6.generate": Check(check_generate, "generate_by_hand",
-          forbidden=()),
+    "ch6.padded": Check(check_padded, "padded_forward",
+          forbidden=("attention_book.keras_decoder.decoder_forward", "attention_book.keras_decoder.attend")),
     "ch6.two_layers": Check(check_two_layers, "two_layer_forward",
           forbidden=("attention_book.keras_decoder.decoder_forward", "attention_book.keras_decoder.attend")),
 }

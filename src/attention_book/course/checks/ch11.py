@@ -1,50 +1,135 @@
 """Checks of chapter 11's graded exercises (what trained heads learn); the registry entries at the end name each
 exercise, the function its solution cell defines and what it may not call (see `..checks`)."""
 
-import math
-
 import torch
 
-from ...causal import causal_mask
 from .common import CASES, Check, case_generator, shape_problem, sizes
 
 
-def check_previous_token_score(score_by_hand, seed: int = 0) -> str | None:
-    """Chapter 11: q, k (H, T, d) -> (H,): causal softmax(q kᵀ / √d), then the mean weight of queries
-    1 … T − 1 on the position just before them."""
+def frobenius_ratio(product: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(torch.linalg.matrix_norm(product) / (torch.linalg.matrix_norm(a) * torch.linalg.matrix_norm(b)))
+
+
+def check_k_composition(k_composition_score, seed: int = 0) -> str | None:
+    """Chapter 11: W_QK of a layer-2 head and W_OV of a layer-1 head, both (E, E) for row vectors ->
+    ‖W_QK W_OVᵀ‖_F / (‖W_QK‖_F ‖W_OV‖_F) (Elhage et al., 2021's K-composition score)."""
     for case in range(CASES):
         gen = case_generator(seed, case)
-        H, T, d = sizes(gen, 3, 7)
-        q, k = (torch.randn(H, T + 1, d, generator=gen, dtype=torch.float64) * 2 for _ in range(2))
-        got = score_by_hand(q.clone(), k.clone())
-        scores = q @ k.transpose(-2, -1)  # (H, T, T)
-        mask = causal_mask(T + 1)
+        E, r = sizes(gen, 2, 9)
+        E += 1
+        qk = torch.randn(E, r, generator=gen, dtype=torch.float64) @ torch.randn(r, E, generator=gen,
+                                                                                 dtype=torch.float64)
+        ov = torch.randn(E, r, generator=gen, dtype=torch.float64) @ torch.randn(r, E, generator=gen,
+                                                                                 dtype=torch.float64)
+        expected = frobenius_ratio(qk @ ov.T, qk, ov)
+        got = k_composition_score(qk.clone(), ov.clone())
+        if isinstance(got, torch.Tensor):
+            if problem := shape_problem(got, (), "the score"):
+                return problem + " (one number)"
+            got = float(got)
+        try:
+            got = float(got)
+        except (TypeError, ValueError):
+            return f"the score should be one number, yours is {type(got).__name__}"
+        if abs(got - expected) < 1e-9:
+            continue
+        if abs(got - frobenius_ratio(qk @ ov, qk, ov)) < 1e-9:
+            return ("you multiply W_QK by W_OV itself; with row vectors a key holds x W_OV, so the score reads "
+                    "x_q W_QK (x W_OV)ᵀ = x_q W_QK W_OVᵀ xᵀ: use W_OV transposed")
+        if abs(got - float(torch.linalg.matrix_norm(qk @ ov.T))) < 1e-6 * max(1.0, abs(got)):
+            return "the score is not normalised: divide ‖W_QK W_OVᵀ‖_F by ‖W_QK‖_F · ‖W_OV‖_F"
+        spectral = float(torch.linalg.matrix_norm(qk @ ov.T, ord=2) / (torch.linalg.matrix_norm(qk, ord=2)
+                                                                        * torch.linalg.matrix_norm(ov, ord=2)))
+        if abs(got - spectral) < 1e-9:
+            return "use Frobenius norms (torch.linalg.matrix_norm's default), not the largest singular value"
+        return f"for E = {E} your score is {got:.4f}, expected {expected:.4f}"
+    return None
 
-        def score(s, m=mask):
-            weights = torch.softmax(s.masked_fill(~m, float("-inf")), dim=-1)  # (H, T, T)
-            return weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1)  # (H,)
 
-        expected = score(scores / math.sqrt(d))
-        if problem := shape_problem(got, expected.shape, "the scores"):
+def mean_ablated(outputs: torch.Tensor, head: int) -> torch.Tensor:
+    """outputs (B, H, T, d) with head `head` replaced by its mean over the batch and the positions."""
+    result = outputs.clone()
+    result[:, head] = outputs[:, head].mean(dim=(0, 1), keepdim=True)  # (1, 1, d) broadcast to (B, T, d)
+    return result
+
+
+def check_mean_ablation(mean_ablation, seed: int = 0) -> str | None:
+    """Chapter 11: per-head outputs (B, H, T, d) and a head -> the same outputs with that head's replaced by
+    its mean over the batch and the positions (a gentler ablation than zeroing); the input unchanged."""
+    for case in range(CASES):
+        gen = case_generator(seed, case)
+        B, H, T, d = sizes(gen, 4, 6)
+        B, H, T = B + 1, H + 1, T + 1
+        head = int(torch.randint(0, H, (1,), generator=gen))
+        outputs = torch.randn(B, H, T, d, generator=gen, dtype=torch.float64) + 3.0
+        given = outputs.clone()
+        got, expected = mean_ablation(given, head), mean_ablated(outputs, head)
+        if not torch.equal(given, outputs):
+            return "your function changed its input in place: clone the outputs before replacing the head"
+        if problem := shape_problem(got, expected.shape, "the ablated outputs"):
             return problem
         got = torch.as_tensor(got, dtype=torch.float64)
         if torch.allclose(got, expected, atol=1e-9):
             continue
-        if torch.allclose(got, score(scores / math.sqrt(d), torch.ones_like(mask)), atol=1e-9):
-            return "the weights need the causal mask: a query may not look at later positions"
-        if d > 1 and torch.allclose(got, score(scores), atol=1e-9):
-            return "the scores are not scaled: divide q · k by sqrt(d) before the softmax"
-        weights = torch.softmax((scores / math.sqrt(d)).masked_fill(~mask, float("-inf")), dim=-1)
-        if torch.allclose(got, weights.diagonal(offset=-1, dim1=-2, dim2=-1).sum(-1) / (T + 1), atol=1e-9):
-            return f"you divide by all {T + 1} queries; query 0 has no previous position: average over the {T} others"
-        if torch.allclose(got, weights.diagonal(dim1=-2, dim2=-1)[:, 1:].mean(-1), atol=1e-9):
-            return "you average each query's weight on itself; the previous position is one to the left"
-        return (f"for {H} heads and T = {T + 1} your scores are {[round(v, 3) for v in got.tolist()]}, expected "
-                f"{[round(v, 3) for v in expected.tolist()]}")
+        zeroed = outputs.clone()
+        zeroed[:, head] = 0
+        if torch.allclose(got, zeroed):
+            return "that zeroes the head; a mean ablation replaces its output by its average over batch and positions"
+        by_position = outputs.clone()
+        by_position[:, head] = outputs[:, head].mean(dim=0, keepdim=True)
+        by_sequence = outputs.clone()
+        by_sequence[:, head] = outputs[:, head].mean(dim=1, keepdim=True)
+        if torch.allclose(got, by_position):
+            return "you average over the batch only; average over the batch AND the positions (dims 0 and 2)"
+        if torch.allclose(got, by_sequence):
+            return "you average over the positions only; average over the batch AND the positions (dims 0 and 2)"
+        others = [h for h in range(H) if h != head]
+        if others and not torch.allclose(got[:, others], outputs[:, others]):
+            return f"only head {head} should change; the other heads' outputs must stay as they are"
+        return f"head {head}'s output should be its mean over batch and positions, a (d,) vector at every place"
+    return None
+
+
+def positivity(circuit: torch.Tensor) -> float:
+    eigenvalues = torch.linalg.eigvals(circuit)  # (V,) complex
+    return float(eigenvalues.sum().real / eigenvalues.abs().sum())
+
+
+def check_ov_positivity(ov_positivity, seed: int = 0) -> str | None:
+    """Chapter 11: a square circuit (V, V) -> Σ λ_i / Σ |λ_i| over its eigenvalues (Elhage et al., 2021's
+    eigenvalue positivity: 1 for a head that only copies, near 0 for a random one)."""
+    for case in range(CASES):
+        gen = case_generator(seed, case)
+        V, r = sizes(gen, 2, 9)
+        V += 2
+        circuit = torch.randn(V, V, generator=gen, dtype=torch.float64)
+        if case % 3 == 1:  # a copying circuit: mostly positive eigenvalues
+            circuit = circuit @ circuit.T + 0.5 * torch.randn(V, V, generator=gen, dtype=torch.float64)
+        expected = positivity(circuit)
+        got = ov_positivity(circuit.clone())
+        try:
+            got = float(got)
+        except (TypeError, ValueError):
+            return f"the positivity should be one number, yours is {type(got).__name__}"
+        if abs(got - expected) < 1e-6:
+            continue
+        singular = torch.linalg.svdvals(circuit)
+        eigenvalues = torch.linalg.eigvals(circuit)
+        real_parts = float(eigenvalues.real.sum() / eigenvalues.real.abs().sum())
+        if abs(real_parts - 1.0) > 1e-6 and abs(got - real_parts) < 1e-6:
+            return ("the denominator takes |Re λ|; eigenvalues of a real matrix come in complex pairs: divide by "
+                    "the sum of their moduli, |λ|")
+        if abs(got - float(singular.sum() / singular.abs().sum())) < 1e-6:
+            return "singular values are never negative: use the eigenvalues (torch.linalg.eigvals), which can be"
+        if abs(got - float(circuit.trace() / circuit.abs().sum())) < 1e-6:
+            return "the denominator should be Σ |λ_i| over the eigenvalues, not the sum of |entries|"
+        return f"for a {V} × {V} circuit your positivity is {got:.4f}, expected {expected:.4f}"
     return None
 
 
 CHECKS: dict[str, Check] = {
-    "ch11.previous_token_score": Check(check_previous_token_score, "previous_token_score_by_hand",
-          forbidden=("attention_book.induction.previous_token_score",)),
+    "ch11.k_composition": Check(check_k_composition, "k_composition_score"),
+    "ch11.mean_ablation": Check(check_mean_ablation, "mean_ablation"),
+    "ch11.ov_positivity": Check(check_ov_positivity, "ov_positivity",
+          forbidden=("attention_book.induction.copying_scores",)),
 }

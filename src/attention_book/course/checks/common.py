@@ -21,6 +21,10 @@ class Check:
     run: Callable  # (student function, seed) -> problem or None
     function: str
     forbidden: tuple[str, ...] = ()
+    # An exercise that asks for a method ("in blocks", "without the (T, S) matrix"): the most elements any
+    # tensor the function makes may have, from its arguments, and what to say when one has more.
+    largest: Callable | None = None
+    method: str = ""
 
 
 class StudentRaised(Exception):

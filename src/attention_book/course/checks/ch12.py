@@ -1,0 +1,236 @@
+"""Checks of chapter 12's graded exercises (a GPT you train); the registry entries at the end name each
+exercise, the function its solution cell defines and what it may not call (see `..checks`)."""
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from ...decoder import DecoderBlock, DecoderConfig
+from ...gpt import top_k_top_p
+from ...multihead import MultiHeadAttention
+from .common import CASES, Check, case_generator, matches, shape_problem, sizes, value_problem
+
+
+def random_block(gen: torch.Generator, E: int, H: int) -> DecoderBlock:
+    """Chapter 7's `DecoderBlock` of width E and H heads, every parameter drawn from `gen`."""
+    block = DecoderBlock(DecoderConfig(vocab_size=2, context_length=8, embed_dim=E, num_heads=H, num_layers=1))
+    with torch.no_grad():
+        for name, p in block.named_parameters():
+            scale = 1.0 if "norm" in name and name.endswith("weight") else 0.0  # LayerNorm gains around 1
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.5 + scale)
+    return block.eval()
+
+
+def block_variants(block: DecoderBlock, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    """What common mistakes compute instead of the block, by name."""
+    mha = block.attention.attention
+
+    def attention(h, causal=True):
+        T = h.shape[-2]
+        return mha(h, mask=torch.ones(T, T, dtype=torch.bool).tril() if causal else None)[0]
+
+    def mlp(h, approximate="tanh"):
+        return block.mlp[2](F.gelu(block.mlp[0](h), approximate=approximate))
+
+    y = x + attention(block.norm1(x), causal=False)
+    x1 = x + attention(block.norm1(x))
+    post = block.norm1(x + attention(x))
+    return {
+        "no mask": y + mlp(block.norm2(y)),
+        "exact gelu": x1 + mlp(block.norm2(x1), approximate="none"),
+        "post-norm": block.norm2(post + mlp(post)),
+        "no residual": mlp(block.norm2(attention(block.norm1(x)))),
+        "one norm": x1 + mlp(block.norm1(x1)),
+    }
+
+
+BLOCK_FEEDBACK = {
+    "no mask": "position 0 sees later positions: the attention needs the causal mask (True = may attend, j <= i)",
+    "exact gelu": "GPT-2's GELU is the tanh approximation: F.gelu(h, approximate='tanh')",
+    "post-norm": "that is a post-norm block, norm(x + f(x)); GPT-2 normalises the input of each branch: "
+                 "x + f(norm(x))",
+    "no residual": "the residual connections are missing: each branch's output is added to its input, x + f(norm(x))",
+    "one norm": "the MLP branch has its own LayerNorm, norm2.weight and norm2.bias",
+}
+
+
+def check_block(block_by_hand, seed: int = 0) -> str | None:
+    """Chapter 12: x (B, T, E), the block's weights (a dict of chapter 7's DecoderBlock parameter names),
+    H -> x + attention(norm1(x)), then + mlp(norm2(·)), with the causal mask."""
+    for case in range(CASES):
+        gen = case_generator(seed, case)
+        B, T, H, d = sizes(gen, 4, 4)
+        T, E = T + 1, H * d
+        block = random_block(gen, E, H)
+        x = torch.randn(B, T, E, generator=gen)
+        weights = {name: t.detach().clone() for name, t in block.state_dict().items()}
+        with torch.no_grad():
+            expected = block(x)
+            got = block_by_hand(x.clone(), weights, H)
+            if problem := shape_problem(got, expected.shape, f"the block's output for B={B}, T={T}, E={E}"):
+                return problem
+            if matches(got, expected, atol=1e-4):
+                continue
+            for name, wrong in block_variants(block, x).items():
+                if matches(got, wrong, atol=1e-4):
+                    return BLOCK_FEEDBACK[name]
+        return value_problem(got, expected, f"B={B}, T={T}, E={E}, H={H}: output", atol=1e-4) or "wrong output"
+    return None
+
+
+def check_lm_loss(lm_loss_by_hand, seed: int = 0) -> str | None:
+    """Chapter 12: logits (B, T, V) of a model run on tokens (B, T) -> the mean cross-entropy of predicting
+    token t + 1 at position t, over all B·(T − 1) positions (nats)."""
+    for case in range(CASES):
+        gen = case_generator(seed, case)
+        B, T, V = sizes(gen, 3, 6)
+        T, V = T + 2, V + 2
+        logits = torch.randn(B, T, V, generator=gen) * 2
+        tokens = torch.randint(0, V, (B, T), generator=gen)
+        got = lm_loss_by_hand(logits.clone(), tokens.clone())
+        if not isinstance(got, torch.Tensor) or got.dim() != 0:
+            shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+            return f"the loss should be one number, a tensor of shape (), yours is {shape}"
+        expected = F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1))
+        if math.isclose(got.item(), expected.item(), rel_tol=1e-5, abs_tol=1e-6):
+            continue
+        per = F.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none")  # (B, T − 1)
+        wrong = {
+            "unshifted": F.cross_entropy(logits.reshape(-1, V), tokens.reshape(-1)),
+            "backwards": F.cross_entropy(logits[:, 1:].reshape(-1, V), tokens[:, :-1].reshape(-1)),
+            "last": F.cross_entropy(logits[:, -2], tokens[:, -1]),
+            "sum": per.sum(),
+            "per sequence sum": per.sum(dim=1).mean(),
+            "bits": per.mean() / math.log(2),
+        }
+        feedback = {
+            "unshifted": "position t is scored on token t, which it already sees: its target is token t + 1 "
+                         "(logits[:, :-1] against tokens[:, 1:])",
+            "backwards": "the shift goes the wrong way: position t predicts token t + 1, so drop the last "
+                         "position's logits and the first token",
+            "last": "only the last position is scored; training scores every position at once",
+            "sum": "that is the sum over positions; the loss is their mean",
+            "per sequence sum": "that is each sequence's sum, averaged over the batch; average over every position",
+            "bits": "that is in bits; the loss is in nats (natural logarithm), as F.cross_entropy gives it",
+        }
+        for name, value in wrong.items():
+            if math.isclose(got.item(), value.item(), rel_tol=1e-5, abs_tol=1e-6):
+                return feedback[name]
+        return f"B={B}, T={T}, V={V}: your loss is {got.item():.4f}, expected {expected.item():.4f}"
+    return None
+
+
+def check_filter_logits(filter_logits, seed: int = 0) -> str | None:
+    """Chapter 12: logits (B, V), top_k (int or None), top_p (float or None) -> logits with −inf everywhere
+    outside the k largest and outside the smallest most-likely set whose probability reaches p."""
+    for case in range(CASES):
+        gen = case_generator(seed, case)
+        B, V = sizes(gen, 2, 9)
+        V += 2
+        logits = torch.randn(B, V, generator=gen) * 2
+        top_k = [None, int(torch.randint(1, V + 1, (1,), generator=gen))][case % 2]
+        top_p = [None, round(float(torch.rand(1, generator=gen)) * 0.9 + 0.05, 2)][(case // 2) % 2]
+        got = filter_logits(logits.clone(), top_k, top_p)
+        expected = top_k_top_p(logits, top_k, top_p)
+        if problem := shape_problem(got, expected.shape, "the filtered logits"):
+            return problem
+        got_kept, kept = torch.isfinite(got), torch.isfinite(expected)
+        where = f"for top_k={top_k}, top_p={top_p}, V={V}"
+        if torch.equal(got_kept, kept):
+            if not torch.equal(got[kept], expected[kept]):
+                return f"{where}: the kept logits must stay as they were (filtering only sets others to -inf)"
+            continue
+        if (got[~got_kept] > float("-inf")).any():
+            return f"{where}: dropped tokens must get -inf, so that the softmax gives them probability 0"
+        if top_p is not None:
+            order = logits.softmax(-1).sort(dim=-1, descending=True)
+            crossing = order.values.cumsum(-1) <= top_p  # the wrong rule: drops the token that crosses p
+            narrow = torch.zeros_like(crossing).scatter(-1, order.indices, crossing)
+            if top_k is not None:
+                narrow &= torch.isfinite(top_k_top_p(logits, top_k, None))
+            if torch.equal(got_kept, narrow):
+                return (f"{where}: the token whose probability carries the running sum past p must be kept too "
+                        "(keep a token while the mass ranked above it is below p)")
+        row = int((got_kept != kept).any(dim=-1).nonzero()[0])
+        return (f"{where}, row {row}: you keep tokens {got_kept[row].nonzero().flatten().tolist()}, "
+                f"expected {kept[row].nonzero().flatten().tolist()}")
+    return None
+
+
+def random_attention(gen: torch.Generator, E: int, H: int) -> MultiHeadAttention:
+    """Chapter 3's `MultiHeadAttention` with every parameter drawn from `gen`."""
+    mha = MultiHeadAttention(E, H)
+    with torch.no_grad():
+        for p in mha.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.5)
+    return mha.eval()
+
+
+def attention_without(mha: MultiHeadAttention, x: torch.Tensor, heads: list[int], bias: bool = True):
+    """Causal attention of x (B, T, E) with the listed heads' outputs zeroed before W^O."""
+    T, d = x.shape[-2], mha.head_dim
+    context = []  # per head (B, T, d)
+    q, k, v = (mha.split_heads(p(x)) for p in (mha.q_proj, mha.k_proj, mha.v_proj))  # (B, H, T, d) each
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    weights = (q @ k.transpose(-2, -1) / math.sqrt(d)).masked_fill(~mask, float("-inf")).softmax(-1)
+    context = weights @ v  # (B, H, T, d)
+    for head in heads:
+        context[:, head] = 0
+    merged = mha.merge_heads(context)  # (B, T, E)
+    return F.linear(merged, mha.out_proj.weight, mha.out_proj.bias if bias else None)
+
+
+def check_without_head(without_head, seed: int = 0) -> str | None:
+    """Chapter 12: x (B, T, E), the weights of chapter 3's MultiHeadAttention (q_proj/k_proj/v_proj/out_proj
+    weight and bias), H and a head -> causal attention whose head `head` writes nothing."""
+    for case in range(CASES):
+        gen = case_generator(seed, case)
+        B, T, d = sizes(gen, 3, 4)
+        H = int(torch.randint(2, 5, (1,), generator=gen))
+        T, E = T + 1, H * d
+        head = int(torch.randint(0, H, (1,), generator=gen))
+        mha = random_attention(gen, E, H)
+        x = torch.randn(B, T, E, generator=gen)
+        weights = {name: t.detach().clone() for name, t in mha.state_dict().items()}
+        with torch.no_grad():
+            got = without_head(x.clone(), weights, H, head)
+            expected = attention_without(mha, x, [head])
+            if problem := shape_problem(got, expected.shape, f"the output for B={B}, T={T}, E={E}"):
+                return problem
+            if matches(got, expected, atol=1e-4):
+                continue
+            where = f"H={H}, head {head}"
+            if matches(got, attention_without(mha, x, [head], bias=False), atol=1e-4):
+                return f"{where}: W^O's bias belongs to no head; removing a head keeps it"
+            if matches(got, attention_without(mha, x, []), atol=1e-4):
+                return f"{where}: nothing was removed; zero head {head}'s E/H columns before W^O"
+            for other in range(H):
+                if other != head and matches(got, attention_without(mha, x, [other]), atol=1e-4):
+                    return f"{where}: you removed head {other}; head h owns columns h·E/H … (h + 1)·E/H − 1"
+            out = mha.out_proj(mha.merge_heads(
+                (mha.split_heads(mha.q_proj(x)) @ mha.split_heads(mha.k_proj(x)).transpose(-2, -1)
+                 / math.sqrt(d)).masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+                .softmax(-1) @ mha.split_heads(mha.v_proj(x))))
+            out[..., head * d:(head + 1) * d] = 0
+            if matches(got, out, atol=1e-4):
+                return (f"{where}: you zeroed W^O's output columns; a head's share is its E/H columns of "
+                        "W^O's input (the concatenated heads), which W^O mixes into every output column")
+        return value_problem(got, expected, f"{where}: output", atol=1e-4) or "wrong output"
+    return None
+
+
+CHECKS: dict[str, Check] = {
+    "ch12.block": Check(check_block, "block_by_hand",
+          forbidden=("attention_book.decoder.DecoderBlock.forward",
+                     "attention_book.multihead.MultiHeadAttention.forward",
+                     "torch.nn.functional.scaled_dot_product_attention")),
+    "ch12.lm_loss": Check(check_lm_loss, "lm_loss_by_hand",
+          forbidden=("torch.nn.functional.cross_entropy", "torch.nn.functional.nll_loss",
+                     "attention_book.gpt.next_token_loss")),
+    "ch12.filter_logits": Check(check_filter_logits, "filter_logits",
+          forbidden=("attention_book.gpt.top_k_top_p",)),
+    "ch12.without_head": Check(check_without_head, "without_head",
+          forbidden=("attention_book.gpt.ablated", "attention_book.multihead.MultiHeadAttention.forward",
+                     "torch.nn.functional.scaled_dot_product_attention")),
+}
