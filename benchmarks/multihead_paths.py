@@ -6,7 +6,8 @@ returned weights. For each, torch.profiler lists the ATen operators it dispatche
 single buffer it allocates (is the (B, H, T, S) score tensor, 50 MB here, ever made?); then the four
 are timed in turn, `REPEATS` times (interleaved, so that a slow moment of the shared machine hits all
 of them), and every run's time stored with the medians and quartiles. Timings on a shared machine are
-noisy: read the ratios, and rank two calls only where their interquartile ranges do not overlap.
+noisy, but a slow moment hits the four calls of one round alike: chapter 3 compares them round by round
+(each call's time over the fused call's in the same round, and a sign test on how many rounds it was slower).
 
 Run from the repository root (about a minute on 2 cores):  .venv/bin/python benchmarks/multihead_paths.py
 The result goes to src/attention_book/data/multihead_paths_cpu.json, which chapter 3 reads.

@@ -133,8 +133,8 @@ WRONG = {
                            r"token \d+ occurs at positions .*: its row must be the sum of their gradients"),
     "ch2.jacobian": (lambda s: torch.outer(torch.softmax(s, -1), torch.softmax(s, -1)) - torch.diag(torch.softmax(s, -1)),
                      r"the sign is flipped"),
-    "ch2.score_variance": (lambda W_q, W_k: W_q.square().sum() * W_k.square().sum() / W_q.shape[1] ** 2,
-                           r"that is σ_q²σ_k², exact only when the components"),
+    "ch2.score_variance": (lambda W_q, W_k, C: (W_q @ W_k.T).square().sum() / W_q.shape[1],
+                           r"that is the variance for unit-variance, uncorrelated inputs \(C = I"),
     "ch2.linear_port": (lambda W_q, W_k, W_v: {"q_proj.weight": W_q, "k_proj.weight": W_k, "v_proj.weight": W_v},
                         r"q_proj.weight should have nn.Linear's shape \(d_out, d_in\)"),
     "ch3.ablate_heads": (lambda w, keep: w * keep.repeat(w.shape[1] // keep.shape[0]).float(),
@@ -220,6 +220,28 @@ def test_wrong_solution_gets_specific_feedback(name):
     result = checks.evaluate(name, wrong)
     assert not result.passed
     assert re.search(message, result.message), result.message
+
+
+def test_embed_grader_refuses_indexing_and_accepts_the_product():
+    """ch1-embed asks for a one-hot product: the right rows read by indexing the table are told so."""
+    for shortcut in (lambda ids, table: table[ids], lambda ids, table: table.index_select(0, ids),
+                     lambda ids, table: torch.stack([table[i] for i in ids])):
+        result = checks.evaluate("ch1.embed", shortcut)
+        assert not result.passed and result.message.startswith("right rows, but read by indexing"), result.message
+    product = checks.evaluate("ch1.embed", lambda ids, table: torch.einsum(
+        "tv,vd->td", (ids[:, None] == torch.arange(table.shape[0])).to(table.dtype), table))
+    assert product.passed, product.message
+
+
+def test_mqa_grader_refuses_copied_key_value_heads():
+    """ch3-mqa asks for grouped-query attention without copying the shared heads: a repeat is told so."""
+    def repeated(q, k, v):
+        group = q.shape[-3] // k.shape[-3]
+        k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
+        return torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1) @ v
+
+    result = checks.evaluate("ch3.mqa", repeated)
+    assert not result.passed and "the key/value heads were copied (repeat_interleave)" in result.message, result.message
 
 
 def test_padded_attention_grader_tests_an_empty_source():

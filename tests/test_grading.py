@@ -276,7 +276,8 @@ def test_a_submission_can_write_only_its_scratch_folder(tmp_path):
 
 # Issue 33: every exercise's own reference, called instead of written, scores nothing.
 CALLS_THE_REFERENCE = {
-    "ch1.embed": "import torch.nn.functional as F\n\n\ndef embed_by_hand(ids, table):\n    return F.embedding(ids, table)\n",
+    "ch1.embed": "import torch.nn.functional as F\n\n\ndef embed_by_hand(ids, table):\n"
+                 "    return F.one_hot(ids, table.shape[0]).to(table.dtype) @ table\n",
     "ch3.mask_to_sdpa": "from attention_book import mask_from_torch\n\n\ndef mask_to_sdpa(attn_mask, key_padding_mask):\n"
                         "    return mask_from_torch(attn_mask, key_padding_mask) == 0\n",
     "ch1.stable_softmax": "import torch\n\n\ndef stable_softmax_by_hand(s):\n    return torch.softmax(s, dim=-1)\n",
@@ -293,12 +294,13 @@ CALLS_THE_REFERENCE = {
                     "    layer.scale.assign(v_a.numpy())\n"
                     "    scores = layer._calculate_scores((q @ W_1)[None].numpy(), (k @ W_2)[None].numpy())\n"
                     "    return torch.as_tensor(keras.ops.convert_to_numpy(scores))[0]\n",
-    "ch3.mha_forward": "import torch.nn.functional as F\n\n\n"
+    "ch3.mha_forward": "import torch\nfrom torch import nn\n\n\n"
                        "def batched_mha_by_hand(x, in_w, in_b, out_w, out_b, H):\n"
-                       "    x = x.transpose(0, 1)\n"
-                       "    out, _ = F.multi_head_attention_forward(x, x, x, x.shape[-1], H, in_w, in_b, None, None, False,\n"
-                       "                                            0.0, out_w, out_b, training=False, need_weights=False)\n"
-                       "    return out.transpose(0, 1)\n",
+                       "    mha = nn.MultiheadAttention(x.shape[-1], H, batch_first=True).eval()\n"
+                       "    with torch.no_grad():\n"
+                       "        mha.in_proj_weight.copy_(in_w)\n        mha.in_proj_bias.copy_(in_b)\n"
+                       "        mha.out_proj.weight.copy_(out_w)\n        mha.out_proj.bias.copy_(out_b)\n"
+                       "        return mha(x, x, x, need_weights=False)[0]\n",
     "ch4.masked_loss": "import torch\nimport torch.nn.functional as F\n\n\ndef masked_loss_by_hand(logits, labels, lengths):\n"
                        "    real = torch.arange(labels.shape[1]) < lengths[:, None]\n"
                        "    return F.cross_entropy(logits[real], labels[real])\n",
@@ -602,3 +604,16 @@ def test_processes_are_bounded_per_notebook_and_time_per_exercise():
     with sandbox.Sandbox(timeout=120) as child:  # what the grader does next: a fresh sandbox, the notebook's time left
         child.exercise("def one():\n    return 1\n", "one", seconds=10)
         assert child.call() == 1
+
+
+def test_ch3_reference_formula_is_the_module():
+    """ch3.mha_forward grades against `_mha` because nn.MultiheadAttention's forward is forbidden there."""
+    from attention_book.course.checks.ch03 import _mha
+
+    torch.manual_seed(0)
+    module = torch.nn.MultiheadAttention(12, 3, batch_first=True).eval()
+    x = torch.randn(2, 5, 12)
+    with torch.no_grad():
+        expected, _ = module(x, x, x, need_weights=False)
+        got = _mha(x, module.in_proj_weight, module.in_proj_bias, module.out_proj.weight, module.out_proj.bias, 3)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)

@@ -186,12 +186,15 @@ def reverser_loss(model: Reverser, source: torch.Tensor, target: torch.Tensor) -
     return F.cross_entropy(logits.flatten(0, 1), target.flatten())
 
 
-def train_lookback(config: LookBackConfig = LookBackConfig(), settings: TrainSettings = TrainSettings()):
-    """A fresh `LookBack` trained from `settings.seed`; returns the model in eval mode and its loss curve."""
+def train_lookback(config: LookBackConfig = LookBackConfig(), settings: TrainSettings = TrainSettings(),
+                   after_step=None):
+    """A fresh `LookBack` trained from `settings.seed`; returns the model in eval mode and its loss curve.
+    `after_step(steps_done, model)`, if given, is called after every step (chapter 3 measures on the way)."""
     torch.manual_seed(settings.seed)
     model = LookBack(config)
     data = torch.Generator().manual_seed(settings.seed + 1)
-    return _train(model, lambda: (lookback_batch(settings.batch_size, config, data),), lookback_loss, settings)
+    return _train(model, lambda: (lookback_batch(settings.batch_size, config, data),), lookback_loss, settings,
+                  after_step)
 
 
 def train_reverser(config: ReverserConfig = ReverserConfig(), settings: TrainSettings = TrainSettings()):
@@ -202,7 +205,7 @@ def train_reverser(config: ReverserConfig = ReverserConfig(), settings: TrainSet
     return _train(model, lambda: reverser_batch(settings.batch_size, config, data), reverser_loss, settings)
 
 
-def _train(model, next_batch, loss_fn, settings: TrainSettings):
+def _train(model, next_batch, loss_fn, settings: TrainSettings, after_step=None):
     optimizer = torch.optim.Adam(model.parameters(), lr=settings.learning_rate)
     curve = []
     for step in range(settings.steps):
@@ -212,6 +215,8 @@ def _train(model, next_batch, loss_fn, settings: TrainSettings):
         optimizer.step()
         if step % 50 == 0 or step == settings.steps - 1:
             curve.append([step, round(loss.item(), 4)])
+        if after_step is not None:
+            after_step(step + 1, model)
     return model.eval(), curve
 
 

@@ -3,7 +3,7 @@ exercise, the function its solution cell defines and what it may not call (see `
 
 import torch
 
-from .common import case_generator, CASES, Check, matches, shape_problem, sizes, value_problem
+from .common import case_generator, CASES, Check, matches, shape_problem, sizes, spy_tensor, value_problem
 
 
 def check_stable_softmax(stable_softmax_by_hand, seed: int = 0) -> str | None:
@@ -61,17 +61,30 @@ def check_embedding_grad(embedding_grad_by_hand, seed: int = 0) -> str | None:
     return None
 
 
+_LOOKUPS = {"__getitem__", "index_select", "gather", "take", "take_along_dim", "embedding", "select"}
+
+
 def check_embed(embed_by_hand, seed: int = 0) -> str | None:
-    """Chapter 1: ids (T,) and a table (V, d) -> the embeddings (T, d), row ids[t] of the table."""
+    """Chapter 1: ids (T,) and a table (V, d) -> the embeddings (T, d), row ids[t] of the table, computed
+    as a one-hot matrix times the table: the table is lent as a tensor that notices an index into it."""
     for case in range(CASES):
         gen = case_generator(seed, case)
         V, d, T = sizes(gen, 3, 9)
         table = torch.randn(V, d, generator=gen)
         ids = torch.randint(0, V, (T,), generator=gen)
-        got = embed_by_hand(ids, table)
+        log = []
+        got = embed_by_hand(ids, spy_tensor(table.clone(), log, _LOOKUPS))
+        if isinstance(got, torch.Tensor):
+            got = got.as_subclass(torch.Tensor)
         expected = table[ids]
         if problem := value_problem(got, expected, f"the embeddings of ids {ids.tolist()} ({V} × {d} table)"):
             return problem + "; position t gets row ids[t] of the table"
+        if lookups := [name for kind, name in log if kind == "flagged"]:
+            return (f"right rows, but read by indexing the table ({lookups[0]}): the exercise asks for the "
+                    "one-hot matrix (T, V) times the table, the form that shows an embedding is a linear layer")
+        if not any(kind == "product" for kind, _ in log):
+            return ("right rows, but no matrix product used the table: multiply a one-hot (T, V) matrix by it "
+                    "(one_hot @ table)")
     return None
 
 

@@ -32,35 +32,45 @@ def check_jacobian(softmax_jacobian_by_hand, seed: int = 0) -> str | None:
     return None
 
 
-def score_variance(W_q, W_k) -> float:
-    """Var(q·k / √d_k) for q = x W_q, k = y W_k and unit-variance inputs: ‖W_q W_kᵀ‖²_F / d_k."""
-    return ((W_q @ W_k.T).square().sum() / W_q.shape[1]).item()
+def score_variance(W_q, W_k, C) -> float:
+    """Var(q·k / √d_k) for q = x W_q, k = y W_k and independent mean-0 inputs x, y of covariance C (E, E):
+    tr(C M C Mᵀ) / d_k with M = W_q W_kᵀ (chapter 2's ‖M‖²_F / d_k when C = I)."""
+    M = (W_q @ W_k.T).double()  # (E, E)
+    C = C.double()
+    return ((C @ M @ C @ M.T).trace() / W_q.shape[1]).item()
 
 
 def check_score_variance(score_variance_by_hand, seed: int = 0) -> str | None:
-    """Chapter 2: W_q, W_k (E, d_k) -> the exact Var(q·k / √d_k) for independent unit-variance inputs."""
+    """Chapter 2: W_q, W_k (E, d_k) and the inputs' covariance C (E, E) -> the exact Var(q·k / √d_k)."""
     for case in range(CASES):
         gen = case_generator(seed, case)
         E, d_k = [m + 1 for m in sizes(gen, 2, 8)]
+        E += 1  # at least 2: a covariance with correlations
         shift = float(torch.rand(1, generator=gen))  # a mean: correlated components, as with torch.rand
         W_q = torch.randn(E, d_k, generator=gen) + shift
         W_k = torch.randn(E, d_k, generator=gen) + shift
+        A = torch.randn(E, E, generator=gen)
+        C = A @ A.T / E + 0.1 * torch.eye(E)  # (E, E): symmetric, positive definite, far from I
         try:
-            got = float(score_variance_by_hand(W_q.clone(), W_k.clone()))
+            got = float(score_variance_by_hand(W_q.clone(), W_k.clone(), C.clone()))
         except (TypeError, ValueError, RuntimeError):
             return "return one number, the variance (a float or a 0-dimensional tensor)"
-        expected = score_variance(W_q, W_k)
+        expected = score_variance(W_q, W_k, C)
         if math.isclose(got, expected, rel_tol=1e-4):
             continue
         if math.isclose(got, expected * d_k, rel_tol=1e-4):
             return f"that is Var(q·k): the scaled scores q·k / √d_k have d_k = {d_k} times less"
-        idealised = W_q.square().sum().item() * W_k.square().sum().item() / d_k**2
-        if math.isclose(got, idealised, rel_tol=1e-4):
-            return ("that is σ_q²σ_k², exact only when the components of q (and of k) are uncorrelated with "
-                    "equal variances; these are not: sum the squares of W_q W_kᵀ instead")
-        if math.isclose(got, (W_q.T @ W_k).square().sum().item() / d_k, rel_tol=1e-4):
-            return ("W_qᵀ W_k (d_k × d_k) is the wrong product: q·k = x W_q W_kᵀ yᵀ, so the matrix between "
-                    "x and y is W_q W_kᵀ (E × E)")
+        if math.isclose(got, score_variance(W_q, W_k, torch.eye(E)), rel_tol=1e-4):
+            return ("that is the variance for unit-variance, uncorrelated inputs (C = I, the chapter's formula): "
+                    "with covariance C, E[x_a x_a'] = C_aa', and it enters once for x and once for y")
+        M = (W_q @ W_k.T).double()
+        if math.isclose(got, ((C.double() @ M @ M.T).trace() / d_k).item(), rel_tol=1e-4):
+            return "C enters twice, once for x and once for y: tr(C M C Mᵀ) / d_k, with M = W_q W_kᵀ"
+        var_q = (W_q.T @ C @ W_q).trace().item() / d_k  # σ_q², the mean variance of q's components
+        var_k = (W_k.T @ C @ W_k).trace().item() / d_k
+        if math.isclose(got, var_q * var_k, rel_tol=1e-4):
+            return ("that is σ_q²σ_k², exact only when the components of q (or of k) are uncorrelated with "
+                    "equal variances; these are not")
         return (f"for E={E}, d_k={d_k} the variance is {expected:.4f}, yours is {got:.4f} (an estimate from "
                 f"samples is off by its sampling error: compute it from the weights)")
     return None

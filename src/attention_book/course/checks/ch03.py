@@ -3,7 +3,7 @@ exercise, the function its solution cell defines and what it may not call (see `
 
 import torch
 
-from .common import boolean_problem, case_generator, CASES, Check, matches, shape_problem, sizes, value_problem
+from .common import boolean_problem, case_generator, CASES, Check, matches, shape_problem, sizes, spy_tensor, value_problem
 
 
 def check_mha_forward(batched_mha_by_hand, seed: int = 0) -> str | None:
@@ -23,8 +23,9 @@ def check_mha_forward(batched_mha_by_hand, seed: int = 0) -> str | None:
         got = batched_mha_by_hand(x, *params, H)
         if problem := shape_problem(got, (B, T, E), "the output"):
             return problem
-        with torch.no_grad():
-            expected, _ = module(x, x, x, need_weights=False)
+        # the module's own forward is switched off while grading (it would be the answer): the same
+        # formula, written out (tests/test_checks.py asserts that it equals the module)
+        expected = _mha(x, *params, H)
         if matches(got, expected):
             continue
         if H > 1 and matches(got, _mha(x, *params, 1)):
@@ -114,6 +115,9 @@ def grouped_attention(q, k, v, interleave: bool = True, scale: bool = True):
     return torch.softmax(scores, dim=-1) @ v
 
 
+_COPIES = {"repeat_interleave", "repeat", "expand", "expand_as", "tile", "broadcast_to", "cat", "stack", "concat"}
+
+
 def check_mqa(grouped_attention_by_hand, seed: int = 0) -> str | None:
     """Chapter 3: q (B, H, T, d), k and v (B, H_kv, S, d) -> grouped-query attention's context (B, H, T, d);
     query head h uses key/value head h // (H / H_kv)."""
@@ -125,12 +129,20 @@ def check_mqa(grouped_attention_by_hand, seed: int = 0) -> str | None:
         H = kv_heads * group
         q = torch.randn(B, H, T, d, generator=gen)
         k, v = torch.randn(B, kv_heads, S, d, generator=gen), torch.randn(B, kv_heads, S, d, generator=gen)
-        got = grouped_attention_by_hand(q.clone(), k.clone(), v.clone())
+        log = []
+        got = grouped_attention_by_hand(q.clone(), spy_tensor(k.clone(), log, _COPIES),
+                                        spy_tensor(v.clone(), log, _COPIES))
+        if isinstance(got, torch.Tensor):
+            got = got.as_subclass(torch.Tensor)
         if problem := shape_problem(got, (B, H, T, d), f"the context for H={H} query and H_kv={kv_heads} "
                                     f"key/value heads"):
             return problem
         expected = grouped_attention(q, k, v)
         if matches(got, expected):
+            if copies := [name for kind, name in log if kind == "flagged"]:
+                return (f"right context, but the key/value heads were copied ({copies[0]}), which is what "
+                        f"grouped-query attention saves: view the queries as (B, H_kv, H/H_kv, T, d) and the keys "
+                        f"and values as (B, H_kv, 1, S, d), so each shared head broadcasts over its group")
             continue
         if kv_heads > 1 and matches(got, grouped_attention(q, k, v, interleave=False)):
             return (f"query head 1 used key/value head 1, but with H/H_kv = {group} query heads per group it "
@@ -146,6 +158,8 @@ CHECKS: dict[str, Check] = {
     "ch3.mha_forward": Check(check_mha_forward, "batched_mha_by_hand",
           forbidden=("torch.nn.functional.multi_head_attention_forward",
                      "torch.nn.functional.scaled_dot_product_attention",
+                     "torch.nn.MultiheadAttention.forward",  # and its inference fast path:
+                     "torch._native_multi_head_attention",
                      "attention_book.multihead.MultiHeadAttention.forward")),
     "ch3.mask_to_sdpa": Check(check_mask_to_sdpa, "mask_to_sdpa",
           forbidden=("attention_book.multihead.mask_from_torch",)),
