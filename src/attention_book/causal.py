@@ -65,11 +65,11 @@ def validate_window(window) -> None:
 
 
 def validate_ring_window(cache, window: int | None) -> None:
-    """A ring cache keeps only its last `cache.window` positions: the layer's window must fit in it."""
-    from .kv_cache import RingKVCache  # here, not at the top: kv_cache imports this module
-
-    if isinstance(cache, RingKVCache) and (window is None or cache.window < window):
-        raise ValueError(f"cache is a RingKVCache of window {cache.window}, but this layer has window={window}: "
+    """A cache that keeps only its last `cache.window` positions (chapter 8's ring) must hold the layer's
+    window; a cache without a `window` keeps every position."""
+    kept = getattr(cache, "window", None)
+    if kept is not None and (window is None or kept < window):
+        raise ValueError(f"cache is a {type(cache).__name__} of window {kept}, but this layer has window={window}: "
                          "it would forget keys the layer still attends to; give it RingKVCache(window) "
                          "(or a KVCache for window=None)")
 
