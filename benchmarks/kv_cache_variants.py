@@ -7,7 +7,7 @@ Run from the repository root (a few minutes on a 2-core CPU):  .venv/bin/python 
 (with --reuse-int8-error the int8 error, which does not depend on timing, is taken from the stored result)
 The result goes to src/attention_book/data/kv_cache_variants_cpu.json, which chapters 7 and 8 read. Every
 variant has its own model (the same sizes as the chapter's decoder, random weights: the cost does not
-depend on their values) and its own caches, prefilled with the context and sized to it (plus room for the
+depend on their values) and its own caches, filled with `context` random positions and sized to them (plus room for the
 timed steps), so that the cache bytes a step reads are the context's. All the variants of a batch size
 take turns in one interleaved run of REPEATS rounds, so that the machine's slow moments fall on all of
 them alike; every row stores the median and the quartiles of its REPEATS timings. The machine was shared
@@ -35,7 +35,7 @@ KV_CONTEXT = 1024
 BATCHES = (1, 8)
 WINDOW = 256
 CONTEXTS = (128, 256, 512, 1024, 2048, 4096)
-REPEATS = 30
+REPEATS = 40
 LONG_CONTEXT = 4096  # the variants side by side at this context
 LATENT = {"latent_dim": 128, "rope_dim": 32}  # MLA at this width: d_c = 2·d_h, d_r = d_h / 2
 VARIANTS = {  # name -> (config changes, int8 cache)
@@ -43,28 +43,32 @@ VARIANTS = {  # name -> (config changes, int8 cache)
     "MLA": (LATENT, False), "MHA int8": ({}, True),
 }
 BROADCAST = "MLA, broadcast"  # the absorbed step as the package wrote it before: the latent copied per head
-PREFILL_CHUNK = 256  # long prompts go in by chunks: MLA's prefill writes out its (T, S) scores
 LOAD = ("shared: other jobs ran on the same 2 cores while this was measured; medians and quartiles of "
         "interleaved rounds, ratios within one batch size")
 INT8_STEPS = 1024  # the int8 cache's error is followed over this many decode steps
 
 
-def prefilled_step(config: DecoderConfig, context: int, batch: int, int8: bool = False, chunk: int | None = None,
-                   broadcast: bool = False):
+def prefilled_step(config: DecoderConfig, context: int, batch: int, int8: bool = False, broadcast: bool = False):
     """One decode step of a model whose caches hold `context` positions of `batch` sequences, as a callable;
-    with `broadcast`, an MLA model whose absorbed step is the old broadcasting one."""
+    with `broadcast`, an MLA model whose absorbed step is the old broadcasting one. The caches are filled
+    with random keys and values of the layers' shapes rather than by a prefill: what a step costs does not
+    depend on the numbers it reads, and a prefill of 8 × 4096 tokens per variant would take most of the run."""
     torch.manual_seed(0)
     config = replace(config, context_length=context + REPEATS + 2)  # the cache holds what a step reads
     model = Decoder(config).eval()
     for block in model.blocks if broadcast else ():
         block.attention.absorbed_attention = MethodType(broadcast_absorbed, block.attention)
     generator = torch.Generator().manual_seed(1)
-    prompt = torch.randint(0, config.vocab_size, (batch, context), generator=generator)  # (B, T0)
-    token = prompt[:, -1:]  # (B, 1): which token is fed does not change the cost
+    token = torch.randint(0, config.vocab_size, (batch, 1), generator=generator)  # (B, 1): any token costs the same
     caches = model.new_caches(int8=int8)
+    d_h = config.embed_dim // config.num_heads
+    if config.latent_dim:  # MLA: a latent (B, 1, S, d_c) and a rope key (B, 1, S, d_r) per position
+        shapes = ((batch, 1, context, config.latent_dim), (batch, 1, context, config.rope_dim))
+    else:  # keys and values (B, H_kv, S, d_h)
+        shapes = ((batch, config.num_kv_heads or config.num_heads, context, d_h),) * 2
     with torch.inference_mode():
-        for start in range(0, context, chunk or context):
-            model(prompt[:, start:start + (chunk or context)], caches)
+        for cache in caches:
+            cache.append(*(torch.randn(shape, generator=generator) for shape in shapes))
     return lambda: model(token, caches), caches
 
 
@@ -123,12 +127,11 @@ def measure_batch(base: DecoderConfig, batch: int) -> tuple[list[dict], list[dic
         steps[("heads", kv)], _ = prefilled_step(replace(base, num_kv_heads=kv), KV_CONTEXT, batch)
     for context in tqdm(CONTEXTS, desc=f"prefilling, batch {batch}"):
         for kind, config in (("full", base), ("window", replace(base, window=WINDOW))):
-            steps[(kind, context)], caches = prefilled_step(config, context, batch, chunk=PREFILL_CHUNK)
+            steps[(kind, context)], caches = prefilled_step(config, context, batch)
             held[(kind, context)] = sum(c.nbytes() for c in caches)
     for name, (changes, int8) in tqdm(VARIANTS.items(), desc=f"variants at {LONG_CONTEXT}, batch {batch}"):
-        steps[("long", name)], _ = prefilled_step(replace(base, **changes), LONG_CONTEXT, batch, int8, PREFILL_CHUNK)
-    steps[("long", BROADCAST)], _ = prefilled_step(replace(base, **LATENT), LONG_CONTEXT, batch,
-                                                   chunk=PREFILL_CHUNK, broadcast=True)
+        steps[("long", name)], _ = prefilled_step(replace(base, **changes), LONG_CONTEXT, batch, int8)
+    steps[("long", BROADCAST)], _ = prefilled_step(replace(base, **LATENT), LONG_CONTEXT, batch, broadcast=True)
     times = interleaved_times(steps, REPEATS, progress=True)
     timed = {key: spread(seconds) for key, seconds in times.items()}
     long = [{"batch": batch, "variant": name, "context": LONG_CONTEXT, **timed[("long", name)]}
@@ -144,6 +147,7 @@ def measure_batch(base: DecoderConfig, batch: int) -> tuple[list[dict], list[dic
 
 
 def main() -> None:
+    torch.set_num_threads(1)  # the machine is shared: one thread per process waits less for the others
     base = DecoderConfig(context_length=max(CONTEXTS) + 2 * REPEATS)  # each step's model is sized to its context
     if "--reuse-int8-error" in sys.argv:  # deterministic (same code, seeds and machine): the stored one
         error = load_result("kv_cache_variants_cpu")["int8_error"]

@@ -20,15 +20,15 @@ def grouped_query_heads(png_dir=None):
         text(ax, centre, 3.8, f"({'abc'[p]}) {name}", size=FONT, weight="bold")
         group = 4 // kv_heads
 
-        kv_w = (span - (kv_heads - 1) * gap) / kv_heads
         x_q = [left + w / 2 + h * (w + gap) for h in range(4)]  # centres of the query heads
-        x_kv = [left + kv_w / 2 + g * (kv_w + gap) for g in range(kv_heads)]  # and of the key/value heads
+        # every key/value head is one box of one width (width reads as size), under its group's queries
+        x_kv = [sum(x_q[g * group:(g + 1) * group]) / group for g in range(kv_heads)]
 
         for h in range(4):
             box(ax, x_q[h], y_q, w, 0.42, f"q{'₀₁₂₃'[h]}", style="query", size=SMALL, rounded=False)
             arrow(ax, (x_kv[h // group], y_kv + 0.3), (x_q[h], y_q - 0.22))
         for g in range(kv_heads):
-            box(ax, x_kv[g], y_kv, kv_w, 0.6, f"k{'₀₁₂₃'[g]}, v{'₀₁₂₃'[g]}", style="key", size=SMALL, rounded=False)
+            box(ax, x_kv[g], y_kv, w, 0.6, f"k{'₀₁₂₃'[g]}\nv{'₀₁₂₃'[g]}", style="key", size=SMALL, rounded=False)
         text(ax, centre, 1.1, setting, size=SMALL)
         text(ax, centre, 0.8, f"cache: {kv_heads} head{'s' if kv_heads > 1 else ''} per layer and position",
              size=SMALL, color=MUTED)

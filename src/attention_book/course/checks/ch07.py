@@ -68,7 +68,7 @@ def check_cached_step(cached_step, seed: int = 0) -> str | None:
         if problem := shape_problem(output, (B, H, 1, d), "the output"):
             return problem
 
-        def attend(k, v):
+        def attend(k, v, q=q, d=d):
             return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d), dim=-1) @ v  # (B, H, 1, d)
 
         if spare > 1 and torch.allclose(output, attend(k_buf, v_buf)):

@@ -77,7 +77,7 @@ def check_grouped_decode(grouped_decode, seed: int = 0) -> str | None:
         if problem := shape_problem(got, (B, H, 1, d), "the output"):
             return problem
 
-        def attend(keys, values):
+        def attend(keys, values, q=q, d=d):
             return torch.softmax(q @ keys.transpose(-2, -1) / math.sqrt(d), dim=-1) @ values
 
         expected = attend(k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1))
