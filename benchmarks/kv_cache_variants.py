@@ -45,6 +45,7 @@ VARIANTS = {  # name -> (config changes, int8 cache)
 BROADCAST = "MLA, broadcast"  # the absorbed step as the package wrote it before: the latent copied per head
 LOAD = ("shared: other jobs ran on the same 2 cores while this was measured; medians and quartiles of "
         "interleaved rounds, ratios within one batch size")
+COPY_MB = 64  # the copy timed beside the steps (its quartiles swap: a slow copy is a low rate)
 INT8_STEPS = 1024  # the int8 cache's error is followed over this many decode steps
 
 
@@ -119,7 +120,7 @@ def int8_error(base: DecoderConfig) -> dict:
     return {"steps": INT8_STEPS, "relative_attention_error": attention, "relative_logit_error": logits}
 
 
-def measure_batch(base: DecoderConfig, batch: int) -> tuple[list[dict], list[dict], list[dict]]:
+def measure_batch(base: DecoderConfig, batch: int) -> tuple[list[dict], list[dict], list[dict], dict]:
     """Every variant of one batch size timed in a single interleaved run, so that all of them, across key/value
     heads and across contexts, share the machine's slow and fast moments."""
     steps, held = {}, {}
@@ -132,8 +133,13 @@ def measure_batch(base: DecoderConfig, batch: int) -> tuple[list[dict], list[dic
     for name, (changes, int8) in tqdm(VARIANTS.items(), desc=f"variants at {LONG_CONTEXT}, batch {batch}"):
         steps[("long", name)], _ = prefilled_step(replace(base, **changes), LONG_CONTEXT, batch, int8)
     steps[("long", BROADCAST)], _ = prefilled_step(replace(base, **LATENT), LONG_CONTEXT, batch, broadcast=True)
+    source = torch.ones(COPY_MB * 2**20 // 4)  # a copy in the same rounds: the memory speed of this run
+    target = torch.empty_like(source)
+    steps[("copy",)] = lambda: target.copy_(source)
     times = interleaved_times(steps, REPEATS, progress=True)
     timed = {key: spread(seconds) for key, seconds in times.items()}
+    copy = {"batch": batch, "megabytes": COPY_MB,
+            "gb_per_s": {k: 2 * source.nbytes / v / 1e9 for k, v in timed[("copy",)].items()}}  # read + write
     long = [{"batch": batch, "variant": name, "context": LONG_CONTEXT, **timed[("long", name)]}
             for name in (*VARIANTS, BROADCAST)]
     heads = [{"batch": batch, "num_kv_heads": kv, "context": KV_CONTEXT, **timed[("heads", kv)],
@@ -143,7 +149,7 @@ def measure_batch(base: DecoderConfig, batch: int) -> tuple[list[dict], list[dic
                  "cache_bytes_full": kv_cache_bytes(base.num_layers, base.num_heads, base.embed_dim // base.num_heads,
                                                     c, 4, batch=batch),
                  "bytes_full": held[("full", c)], "bytes_window": held[("window", c)]} for c in CONTEXTS]
-    return heads, contexts, long
+    return heads, contexts, long, copy
 
 
 def main() -> None:
@@ -154,10 +160,11 @@ def main() -> None:
     else:
         error = int8_error(base)
     result = {"machine": {**machine(), "load": LOAD}, "config": vars(base), "window": WINDOW, "repeats": REPEATS,
-              "latent": LATENT, "kv_heads": [], "context": [], "long_context": [],
+              "latent": LATENT, "kv_heads": [], "context": [], "long_context": [], "copy": [],
               "bytes_per_token": bytes_per_token(base), "int8_error": error}
     for batch in BATCHES:
-        heads, contexts, long = measure_batch(base, batch)
+        heads, contexts, long, copy = measure_batch(base, batch)
+        result["copy"].append(copy)
         result["kv_heads"] += heads
         result["context"] += contexts
         result["long_context"] += long
