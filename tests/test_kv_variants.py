@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attention_book as ab
-from attention_book.causal import position_mask
+from attention_book.causal import CausalSelfAttention, position_mask
 from attention_book.decoder import Decoder, DecoderConfig, cached_vs_full, generate, generate_paged, serve
 from attention_book.kv_cache import PADDING, BlockPool, KVCache, PagedKVCache, RingKVCache
 
@@ -265,3 +265,10 @@ def test_serve_refuses_mismatched_requests():
     model = Decoder(DecoderConfig(vocab_size=19, context_length=64, embed_dim=16, num_heads=2, num_layers=2)).eval()
     with pytest.raises(ValueError, match="one number of new tokens per prompt: 2 prompts, 1 numbers"):
         serve(model, [torch.tensor([1]), torch.tensor([2])], [3], rows=2)
+
+
+@pytest.mark.parametrize(("ring", "window"), [(4, 8), (4, None)])
+def test_a_layer_refuses_a_ring_smaller_than_its_window(ring, window):
+    layer = CausalSelfAttention(8, 2, window=window).eval()
+    with pytest.raises(ValueError, match=f"cache is a RingKVCache of window {ring}, but this layer has window={window}"):
+        layer(torch.zeros(1, 1, 8), cache=RingKVCache(ring))

@@ -108,9 +108,12 @@ def interleaved_times(functions: dict, repeats: int = 5, progress: bool = True) 
 
 
 def bandwidth_fit(cache_bytes, seconds) -> tuple[float, float]:
-    """The least-squares line t = t0 + bytes / bandwidth through measured steps: (t0 in seconds, bandwidth in
-    bytes per second) (chapters 7, 8)."""
-    slope, t0 = np.polyfit(np.asarray(cache_bytes, dtype=float), np.asarray(seconds, dtype=float), 1)
+    """The least-squares line t = t0 + bytes / bandwidth through measured
+    steps: (t0 in seconds, bandwidth in bytes per second) (chapters 7, 8).
+    """
+    x = np.asarray(cache_bytes, dtype=float)
+    t = np.asarray(seconds, dtype=float)
+    slope, t0 = np.polyfit(x, t, 1)  # seconds per byte, seconds
     return float(t0), float(1 / slope)
 
 
