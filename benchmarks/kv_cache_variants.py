@@ -4,21 +4,31 @@ multi-head, grouped-query, multi-query and multi-head latent attention and an in
 token each variant's cache buffers hold; and the int8 cache's error over a long decode.
 
 Run from the repository root (a few minutes on a 2-core CPU):  .venv/bin/python benchmarks/kv_cache_variants.py
-The result goes to src/attention_book/data/kv_cache_variants_cpu.json, which chapter 8 reads. Every
+(with --reuse-int8-error the int8 error, which does not depend on timing, is taken from the stored result)
+The result goes to src/attention_book/data/kv_cache_variants_cpu.json, which chapters 7 and 8 read. Every
 variant has its own model (the same sizes as the chapter's decoder, random weights: the cost does not
-depend on their values) and its own caches, prefilled with the context; all the variants of a batch size
-are timed in turn in one run, so that the machine's slow moments fall on all of them alike and their
-times can be compared across heads and contexts. The machine is shared and noisy: compare the ratios
-within one batch size, not absolute times across runs.
+depend on their values) and its own caches, filled with `context` random positions and sized to them (plus room for the
+timed steps), so that the cache bytes a step reads are the context's. All the variants of a batch size
+take turns in one interleaved run of REPEATS rounds, so that the machine's slow moments fall on all of
+them alike; every row stores the median and the quartiles of its REPEATS timings. The machine was shared
+with other jobs while this ran: compare ratios within one batch size whose ranges do not overlap, never
+absolute times across runs. Two rows time the same configuration on purpose (the full cache at the
+longest context, and "MHA" among the variants): their gap shows how far identical work can drift.
 """
 
+import math
+import sys
 from dataclasses import replace
+from types import MethodType
 
 import torch
 from tqdm import tqdm
 
 from attention_book.decoder import Decoder, DecoderConfig, next_token
-from attention_book.measure import interleaved_medians, machine, save_result
+from attention_book.latent import masked_softmax
+from attention_book.kv_cache import kv_cache_bytes
+from attention_book.measure import load_result, machine, save_result
+from attention_book.measure.benchmark import interleaved_times, spread
 
 KV_HEADS = (4, 2, 1)  # the chapter's decoder has H = 4: multi-head, grouped (2 groups), multi-query
 KV_CONTEXT = 1024
@@ -32,22 +42,46 @@ VARIANTS = {  # name -> (config changes, int8 cache)
     "MHA": ({}, False), "GQA": ({"num_kv_heads": 2}, False), "MQA": ({"num_kv_heads": 1}, False),
     "MLA": (LATENT, False), "MHA int8": ({}, True),
 }
-PREFILL_CHUNK = 256  # long prompts go in by chunks: MLA's prefill writes out its (T, S) scores
+BROADCAST = "MLA, broadcast"  # the absorbed step as the package wrote it before: the latent copied per head
+LOAD = ("shared: other jobs ran on the same 2 cores while this was measured; medians and quartiles of "
+        "interleaved rounds, ratios within one batch size")
+COPY_MB = 64  # the copy timed beside the steps (its quartiles swap: a slow copy is a low rate)
 INT8_STEPS = 1024  # the int8 cache's error is followed over this many decode steps
 
 
-def prefilled_step(config: DecoderConfig, context: int, batch: int, int8: bool = False, chunk: int | None = None):
-    """One decode step of a model whose caches hold `context` positions of `batch` sequences, as a callable."""
+def prefilled_step(config: DecoderConfig, context: int, batch: int, int8: bool = False, broadcast: bool = False):
+    """One decode step of a model whose caches hold `context` positions of `batch` sequences, as a callable;
+    with `broadcast`, an MLA model whose absorbed step is the old broadcasting one. The caches are filled
+    with random keys and values of the layers' shapes rather than by a prefill: what a step costs does not
+    depend on the numbers it reads, and a prefill of 8 × 4096 tokens per variant would take most of the run."""
     torch.manual_seed(0)
+    config = replace(config, context_length=context + REPEATS + 2)  # the cache holds what a step reads
     model = Decoder(config).eval()
+    for block in model.blocks if broadcast else ():
+        block.attention.absorbed_attention = MethodType(broadcast_absorbed, block.attention)
     generator = torch.Generator().manual_seed(1)
-    prompt = torch.randint(0, config.vocab_size, (batch, context), generator=generator)  # (B, T0)
-    token = prompt[:, -1:]  # (B, 1): which token is fed does not change the cost
+    token = torch.randint(0, config.vocab_size, (batch, 1), generator=generator)  # (B, 1): any token costs the same
     caches = model.new_caches(int8=int8)
+    d_h = config.embed_dim // config.num_heads
+    if config.latent_dim:  # MLA: a latent (B, 1, S, d_c) and a rope key (B, 1, S, d_r) per position
+        shapes = ((batch, 1, context, config.latent_dim), (batch, 1, context, config.rope_dim))
+    else:  # keys and values (B, H_kv, S, d_h)
+        shapes = ((batch, config.num_kv_heads or config.num_heads, context, d_h),) * 2
     with torch.inference_mode():
-        for start in range(0, context, chunk or context):
-            model(prompt[:, start:start + (chunk or context)], caches)
+        for cache in caches:
+            cache.append(*(torch.randn(shape, generator=generator) for shape in shapes))
     return lambda: model(token, caches), caches
+
+
+def broadcast_absorbed(layer, x, q_r, c, k_r, mask):
+    """`LatentAttention.absorbed_attention` before the fix, kept to measure it: q (B, H, 1, ·) times the
+    latents (B, 1, S, ·) makes `torch.matmul` expand them to (B, H, S, ·), a copy per head."""
+    w_q, w_out = layer.absorbed_weights()  # (H, d_c, E), (H, E, d_c)
+    q_lat = torch.einsum("hce,bte->bhtc", w_q, x)  # (B, H, T, d_c)
+    scores = q_lat @ c.mT + q_r @ k_r.mT  # (B, H, T, S): c broadcast over H
+    weights = masked_softmax(scores / math.sqrt(layer.d_h + layer.d_r), mask)
+    out = torch.einsum("hec,bhtc->bte", w_out, weights @ c)  # (B, T, E)
+    return out + layer.out_proj.bias
 
 
 def bytes_per_token(base: DecoderConfig) -> dict:
@@ -86,7 +120,7 @@ def int8_error(base: DecoderConfig) -> dict:
     return {"steps": INT8_STEPS, "relative_attention_error": attention, "relative_logit_error": logits}
 
 
-def measure_batch(base: DecoderConfig, batch: int) -> tuple[list[dict], list[dict]]:
+def measure_batch(base: DecoderConfig, batch: int) -> tuple[list[dict], list[dict], list[dict], dict]:
     """Every variant of one batch size timed in a single interleaved run, so that all of them, across key/value
     heads and across contexts, share the machine's slow and fast moments."""
     steps, held = {}, {}
@@ -97,40 +131,55 @@ def measure_batch(base: DecoderConfig, batch: int) -> tuple[list[dict], list[dic
             steps[(kind, context)], caches = prefilled_step(config, context, batch)
             held[(kind, context)] = sum(c.nbytes() for c in caches)
     for name, (changes, int8) in tqdm(VARIANTS.items(), desc=f"variants at {LONG_CONTEXT}, batch {batch}"):
-        steps[("long", name)], _ = prefilled_step(replace(base, **changes), LONG_CONTEXT, batch, int8, PREFILL_CHUNK)
-    seconds = interleaved_medians(steps, REPEATS, progress=True)
-    long = [{"batch": batch, "variant": name, "context": LONG_CONTEXT, "seconds_per_step": seconds[("long", name)]}
-            for name in VARIANTS]
-    heads = [{"batch": batch, "num_kv_heads": kv, "context": KV_CONTEXT, "seconds_per_step": seconds[("heads", kv)]}
-             for kv in KV_HEADS]
-    contexts = [{"batch": batch, "context": c, "seconds_full": seconds[("full", c)],
-                 "seconds_window": seconds[("window", c)], "bytes_full": held[("full", c)],
-                 "bytes_window": held[("window", c)]} for c in CONTEXTS]
-    return heads, contexts, long
+        steps[("long", name)], _ = prefilled_step(replace(base, **changes), LONG_CONTEXT, batch, int8)
+    steps[("long", BROADCAST)], _ = prefilled_step(replace(base, **LATENT), LONG_CONTEXT, batch, broadcast=True)
+    source = torch.ones(COPY_MB * 2**20 // 4)  # a copy in the same rounds: the memory speed of this run
+    target = torch.empty_like(source)
+    steps[("copy",)] = lambda: target.copy_(source)
+    times = interleaved_times(steps, REPEATS, progress=True)
+    timed = {key: spread(seconds) for key, seconds in times.items()}
+    copy = {"batch": batch, "megabytes": COPY_MB,
+            "gb_per_s": {k: 2 * source.nbytes / v / 1e9 for k, v in timed[("copy",)].items()}}  # read + write
+    long = [{"batch": batch, "variant": name, "context": LONG_CONTEXT, **timed[("long", name)]}
+            for name in (*VARIANTS, BROADCAST)]
+    heads = [{"batch": batch, "num_kv_heads": kv, "context": KV_CONTEXT, **timed[("heads", kv)],
+              "cache_bytes": kv_cache_bytes(base.num_layers, kv, base.embed_dim // base.num_heads, KV_CONTEXT, 4,
+                                            batch=batch)} for kv in KV_HEADS]
+    contexts = [{"batch": batch, "context": c, "full": timed[("full", c)], "window": timed[("window", c)],
+                 "cache_bytes_full": kv_cache_bytes(base.num_layers, base.num_heads, base.embed_dim // base.num_heads,
+                                                    c, 4, batch=batch),
+                 "bytes_full": held[("full", c)], "bytes_window": held[("window", c)]} for c in CONTEXTS]
+    return heads, contexts, long, copy
 
 
 def main() -> None:
-    base = DecoderConfig(context_length=max(CONTEXTS) + 2 * REPEATS)  # room for the timed steps' growth
-    result = {"machine": machine(), "config": vars(base), "window": WINDOW, "repeats": REPEATS,
-              "latent": LATENT, "kv_heads": [], "context": [], "long_context": [],
-              "bytes_per_token": bytes_per_token(base), "int8_error": int8_error(base)}
+    torch.set_num_threads(1)  # the machine is shared: one thread per process waits less for the others
+    base = DecoderConfig(context_length=max(CONTEXTS) + 2 * REPEATS)  # each step's model is sized to its context
+    if "--reuse-int8-error" in sys.argv:  # deterministic (same code, seeds and machine): the stored one
+        error = load_result("kv_cache_variants_cpu")["int8_error"]
+    else:
+        error = int8_error(base)
+    result = {"machine": {**machine(), "load": LOAD}, "config": vars(base), "window": WINDOW, "repeats": REPEATS,
+              "latent": LATENT, "kv_heads": [], "context": [], "long_context": [], "copy": [],
+              "bytes_per_token": bytes_per_token(base), "int8_error": error}
     for batch in BATCHES:
-        heads, contexts, long = measure_batch(base, batch)
+        heads, contexts, long, copy = measure_batch(base, batch)
+        result["copy"].append(copy)
         result["kv_heads"] += heads
         result["context"] += contexts
         result["long_context"] += long
     save_result(result, "kv_cache_variants_cpu", "src/attention_book/data")
     for row in result["kv_heads"]:
-        print(f"batch {row['batch']}, {row['num_kv_heads']} key/value heads: "
-              f"{row['seconds_per_step'] * 1e3:.2f} ms per step")
+        print(f"batch {row['batch']}, {row['num_kv_heads']} key/value heads: {row['median'] * 1e3:.2f} ms "
+              f"({row['q1'] * 1e3:.2f}-{row['q3'] * 1e3:.2f})")
     for row in result["long_context"]:
-        print(f"batch {row['batch']}, {row['variant']:8} at {LONG_CONTEXT}: {row['seconds_per_step'] * 1e3:6.2f} ms")
+        print(f"batch {row['batch']}, {row['variant']:14} at {LONG_CONTEXT}: {row['median'] * 1e3:7.2f} ms "
+              f"({row['q1'] * 1e3:.2f}-{row['q3'] * 1e3:.2f})")
     print("bytes per token:", result["bytes_per_token"])
     print("int8, largest relative error of the attention output:", max(result["int8_error"]["relative_attention_error"]))
     for row in result["context"]:
-        print(f"batch {row['batch']}, context {row['context']:5}: full {row['seconds_full'] * 1e3:6.2f} ms, "
-              f"window {WINDOW}: {row['seconds_window'] * 1e3:6.2f} ms")
-
+        print(f"batch {row['batch']}, context {row['context']:5}: full {row['full']['median'] * 1e3:6.2f} ms, "
+              f"window {WINDOW}: {row['window']['median'] * 1e3:6.2f} ms")
 
 if __name__ == "__main__":
     main()

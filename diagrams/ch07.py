@@ -60,8 +60,8 @@ def kv_cache_decode_step(png_dir=None):
           offset=0.05)
     box(ax, x_box, y_w, 1.7, 0.62, "out (B, H, 1, d_v)\n= Σⱼ wⱼ vⱼ", style="tensor", size=SMALL)
 
-    legend_item(ax, 0.2, 1.0, "key_strong", "computed this step, for position t only: one query qₜ, one key kₜ, "
-                "one value vₜ (the new row of K and V)", linewidth=2.2)
+    legend_item(ax, 0.2, 1.0, "key_strong", "computed this step and appended: one key kₜ and one value vₜ, the new "
+                "row of K and V (the query qₜ, blue, is computed too)", linewidth=2.2)
     legend_item(ax, 0.2, 0.6, "key_pale", "only read: keys and values of positions 0 … t − 1, appended by earlier "
                 "steps")
     legend_item(ax, 0.2, 0.2, "empty", "never stored: the queries of earlier positions, used once at their own step")

@@ -150,3 +150,34 @@ def test_measure_generation_refuses_runs_that_generate_different_tokens(monkeypa
         measure_generation(None, same[:, :1], 1, rounds=2, progress=False)
     with pytest.raises(ValueError, match="rounds must be at least 1, got 0"):
         measure_generation(None, same[:, :1], 1, rounds=0)
+
+
+@pytest.mark.parametrize(("draft", "accepted"), [(4, 0), (4, 2), (3, 3), (1, 0)])
+def test_truncate_rolls_back_a_rejected_draft_exactly(draft, accepted):
+    """Speculative decoding: k draft tokens go in at once, the first `accepted` are kept, the rest are cut;
+    the next step equals full recomputation of the kept sequence, and the positions before the draft are
+    bit for bit what they were."""
+    model = random_decoder(2, 2, 4, seed=3)
+    gen = torch.Generator().manual_seed(7)
+    tokens = torch.randint(0, model.config.vocab_size, (2, 10 + draft + 1), generator=gen)  # (B, T)
+    caches = model.new_caches()
+    with torch.inference_mode():
+        model(tokens[:, :10], caches)  # the prompt
+        before = [c.keys[..., :10, :].clone() for c in caches]
+        model(tokens[:, 10:10 + draft], caches)  # the draft, checked in one pass
+        for cache in caches:
+            cache.truncate(10 + accepted)
+        kept = torch.cat([tokens[:, :10 + accepted], tokens[:, -1:]], dim=1)  # (B, 10 + accepted + 1)
+        step = model(kept[:, -1:], caches)[:, -1]
+        full = model(kept)[:, -1]
+    assert all(torch.equal(c.keys[..., :10, :], b) for c, b in zip(caches, before, strict=True))
+    assert len(caches[0]) == kept.shape[1]
+    assert (step - full).abs().max() < 1e-4
+
+
+def test_truncate_refuses_lengths_it_does_not_hold():
+    cache = KVCache(8)
+    cache.append(torch.ones(1, 3, 2), torch.ones(1, 3, 2))
+    for bad in (-1, 4, 1.5, True):
+        with pytest.raises(ValueError, match="length must be an integer from 0 to the 3 positions stored"):
+            cache.truncate(bad)

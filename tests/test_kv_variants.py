@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attention_book as ab
-from attention_book.causal import position_mask
-from attention_book.decoder import Decoder, DecoderConfig, cached_vs_full, generate, generate_paged
+from attention_book.causal import CausalSelfAttention, position_mask
+from attention_book.decoder import Decoder, DecoderConfig, cached_vs_full, generate, generate_paged, serve
 from attention_book.kv_cache import PADDING, BlockPool, KVCache, PagedKVCache, RingKVCache
 
 SETTINGS = settings(max_examples=30, deadline=None)
@@ -242,3 +242,33 @@ def test_full_and_ring_caches_agree_on_every_step():
             b = model(tokens[:, t:t + 1], ring_caches)
             torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
     assert sum(c.nbytes() for c in ring_caches) * 16 == sum(c.nbytes() for c in full_caches)  # 4 of 64 positions
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3])
+def test_continuous_batching_equals_each_sequence_generated_alone(rows):
+    """`serve` admits waiting prompts into rows that finished, mid-run, reusing their blocks; every sequence
+    comes out as `generate` makes it alone."""
+    torch.manual_seed(0)
+    model = Decoder(DecoderConfig(vocab_size=19, context_length=64, embed_dim=16, num_heads=2, num_layers=2)).eval()
+    gen = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(0, 19, (n,), generator=gen) for n in (5, 1, 9, 3, 7)]
+    new_tokens = [6, 2, 4, 9, 3]
+    sequences, events = serve(model, prompts, new_tokens, rows=rows, block_size=4)
+    for prompt, n, sequence in zip(prompts, new_tokens, sequences, strict=True):
+        assert torch.equal(sequence, generate(model, prompt[None], n)[0])
+    admitted = [step for step, kind, _ in events if kind == "admit"]
+    assert len(admitted) == len(prompts) and sum(kind == "release" for _, kind, _ in events) == len(prompts)
+    assert max(admitted) > 0  # some prompts joined a batch already decoding
+
+
+def test_serve_refuses_mismatched_requests():
+    model = Decoder(DecoderConfig(vocab_size=19, context_length=64, embed_dim=16, num_heads=2, num_layers=2)).eval()
+    with pytest.raises(ValueError, match="one number of new tokens per prompt: 2 prompts, 1 numbers"):
+        serve(model, [torch.tensor([1]), torch.tensor([2])], [3], rows=2)
+
+
+@pytest.mark.parametrize(("ring", "window"), [(4, 8), (4, None)])
+def test_a_layer_refuses_a_ring_smaller_than_its_window(ring, window):
+    layer = CausalSelfAttention(8, 2, window=window).eval()
+    with pytest.raises(ValueError, match=f"cache is a RingKVCache of window {ring}, but this layer has window={window}"):
+        layer(torch.zeros(1, 1, 8), cache=RingKVCache(ring))

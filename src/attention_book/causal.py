@@ -65,16 +65,16 @@ def validate_window(window) -> None:
 
 
 def validate_ring_window(cache, window: int | None, sinks: int = 0) -> None:
-    """A ring cache keeps only its last `cache.window` positions and its first `cache.sinks`: the layer's
-    window must fit in it, and its sinks must have slots of their own."""
-    from .kv_cache import RingKVCache  # here, not at the top: kv_cache imports this module
-
-    if isinstance(cache, RingKVCache) and (window is None or cache.window < window):
-        raise ValueError(f"cache is a RingKVCache of window {cache.window}, but this layer has window={window}: "
+    """A cache that keeps only its last `cache.window` positions (chapter 8's ring) must hold the layer's
+    window, and its first `cache.sinks` slots the layer's sinks; a cache without a `window` keeps every
+    position."""
+    kept = getattr(cache, "window", None)
+    if kept is not None and (window is None or kept < window):
+        raise ValueError(f"cache is a {type(cache).__name__} of window {kept}, but this layer has window={window}: "
                          "it would forget keys the layer still attends to; give it RingKVCache(window) "
                          "(or a KVCache for window=None)")
-    if isinstance(cache, RingKVCache) and cache.sinks < sinks:
-        raise ValueError(f"cache is a RingKVCache with sinks={cache.sinks}, but this layer has sinks={sinks}: "
+    if kept is not None and getattr(cache, "sinks", 0) < sinks:
+        raise ValueError(f"cache is a {type(cache).__name__} with sinks={getattr(cache, 'sinks', 0)}, but this layer has sinks={sinks}: "
                          "it would overwrite the first positions every query keeps; give it "
                          f"RingKVCache({window}, sinks={sinks})")
 

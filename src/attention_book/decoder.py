@@ -221,6 +221,49 @@ def generate_paged(model: Decoder, prompts: list[torch.Tensor], max_new_tokens: 
 
 
 @torch.inference_mode()
+def serve(model: Decoder, prompts: list[torch.Tensor], new_tokens: list[int], rows: int, block_size: int = 16,
+          num_blocks: int | None = None) -> tuple[list[torch.Tensor], list[tuple[int, str, int]]]:
+    """Continuous batching on a paged cache (chapter 8): at most `rows` sequences decode together; when one
+    has its `new_tokens[i]` greedy tokens it gives its blocks back and the next waiting prompt is prefilled
+    into its row, between two decode steps of the others. Returns the sequences in the prompts' order and
+    the events (step, "admit" or "release", prompt index)."""
+    if len(prompts) != len(new_tokens) or not prompts:
+        raise ValueError(f"give one number of new tokens per prompt: {len(prompts)} prompts, {len(new_tokens)} numbers")
+    for prompt, n in zip(prompts, new_tokens, strict=True):
+        if prompt.dim() != 1 or len(prompt) == 0:
+            raise ValueError(f"prompts must be non-empty 1-D token tensors, got shape {tuple(prompt.shape)}")
+        validate_generation(prompt[None], n, 0.0, model.config.vocab_size)
+    if num_blocks is None:  # enough for the `rows` longest sequences at once
+        need = sorted((-(-(len(p) + n) // block_size) for p, n in zip(prompts, new_tokens, strict=True)), reverse=True)
+        num_blocks = sum(need[:rows])
+    caches = model.new_paged_caches(rows, num_blocks, block_size)
+    waiting, running = list(range(len(prompts))), {}  # running: row -> prompt index
+    sequences, logits, events = list(prompts), {}, []
+    for step in range(sum(new_tokens) + 1):
+        for row in (r for r in range(rows) if r not in running):  # admit into free rows
+            if waiting:
+                i = waiting.pop(0)
+                running[row] = i
+                logits[row] = model(prompts[i][None], [c.for_rows([row]) for c in caches])[0, -1]  # (V,)
+                events.append((step, "admit", i))
+        if not running:
+            break
+        for row, i in list(running.items()):
+            sequences[i] = torch.cat([sequences[i], next_token(logits[row][None])[0]])
+            if len(sequences[i]) == len(prompts[i]) + new_tokens[i]:  # done: its blocks go back to the pool
+                for cache in caches:
+                    cache.release(row)
+                del running[row]
+                events.append((step, "release", i))
+        if running:  # one decode step for every running sequence, each at its own position
+            active = sorted(running)
+            out = model(torch.stack([sequences[running[r]][-1:] for r in active]),
+                        [c.for_rows(active) for c in caches])[:, -1]  # (B, V)
+            logits.update(zip(active, out, strict=True))
+    return sequences, events
+
+
+@torch.inference_mode()
 def decode_one_by_one(model, tokens: torch.Tensor, caches: list) -> torch.Tensor:
     """Feed `tokens` (B, T) through `caches` one position at a time; the logits of every step (B, T, V).
 

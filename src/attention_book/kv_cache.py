@@ -136,6 +136,17 @@ class KVCache:
         held = slice(0, self.length)  # (..., S, d) each:
         return self.keys[..., held, :], self.values[..., held, :]
 
+    def truncate(self, length: int) -> None:
+        """Forget every position from `length` on, as after a rejected
+        speculative draft (chapter 8): the next `append` writes over them,
+        and the positions before are untouched."""
+        if (isinstance(length, bool) or not isinstance(length, int)
+                or not 0 <= length <= self.length):
+            raise ValueError(
+                f"length must be an integer from 0 to the {self.length} "
+                f"positions stored, got {length!r}")
+        self.length = length
+
     def nbytes(self) -> int:
         """Bytes held by the two buffers (the whole `max_length`, allocated up front)."""
         if self.keys is None:

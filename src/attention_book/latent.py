@@ -70,13 +70,20 @@ class LatentAttention(nn.Module):
     def absorbed_attention(self, x, q_r, c, k_r, mask):
         """The attention with W_uk in the query and W_uv in the output
         projection: the cached latents c (B, 1, S, d_c) and rope keys
-        k_r (B, 1, S, d_r) are read as they are, never projected up."""
+        k_r (B, 1, S, d_r) are read as they are, never projected up, and
+        once for all heads: the heads are folded into the query rows, as
+        `grouped_attention` does for a shared key/value head."""
+        H, T = self.H, x.shape[-2]
         w_q, w_out = self.absorbed_weights()  # (H, d_c, E), (H, E, d_c)
         q_lat = torch.einsum("hce,bte->bhtc", w_q, x)  # (B, H, T, d_c)
-        scores = q_lat @ c.mT + q_r @ k_r.mT  # (B, H, T, S)
+        # (B, H, T, d) -> (B, 1, H·T, d): every head's queries are rows
+        rows = [q.flatten(1, 2)[:, None] for q in (q_lat, q_r)]
+        scores = rows[0] @ c.mT + rows[1] @ k_r.mT  # (B, 1, H·T, S)
+        scores = scores[:, 0].unflatten(1, (H, T))  # (B, H, T, S)
         scale = math.sqrt(self.d_h + self.d_r)
         weights = masked_softmax(scores / scale, mask)  # (B, H, T, S)
-        mixed = weights @ c  # (B, H, T, d_c): the latents' weighted sum
+        # (B, H, T, S) -> (B, 1, H·T, S) @ (B, 1, S, d_c) -> (B, H, T, d_c)
+        mixed = (weights.flatten(1, 2)[:, None] @ c)[:, 0].unflatten(1, (H, T))
         out = torch.einsum("hec,bhtc->bte", w_out, mixed)  # (B, T, E)
         return out + self.out_proj.bias
 

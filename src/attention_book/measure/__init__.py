@@ -1,12 +1,12 @@
-"""Measurement of the teaching code from outside it: time, peak memory and FLOP counts (chapters 3, 7, 9).
+"""Measurement of the teaching code from outside it: time, peak memory and FLOP counts (chapters 3, 7, 8, 9).
 
 Nothing in the chapters' modules times or measures itself; these functions wrap them. Peak memory lives
 in `attention_book.measure.memory`, which also runs as a command in a fresh process.
 """
 
-from .benchmark import (interleaved_medians, interleaved_times, load_result, machine, measure_generation,
-                        round_ratios, save_result, time_steps)
+from .benchmark import (bandwidth_fit, interleaved_medians, interleaved_times, load_result, machine,
+                        measure_generation, round_ratios, save_result, spread, time_steps)
 from .flops import attention_tflops
 
-__all__ = ["attention_tflops", "interleaved_medians", "interleaved_times", "load_result", "machine",
-           "measure_generation", "round_ratios", "save_result", "time_steps"]
+__all__ = ["attention_tflops", "bandwidth_fit", "interleaved_medians", "interleaved_times", "load_result", "machine",
+           "measure_generation", "round_ratios", "save_result", "spread", "time_steps"]

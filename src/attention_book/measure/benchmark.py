@@ -9,6 +9,7 @@ import statistics
 from importlib import resources
 from time import perf_counter
 
+import numpy as np
 import torch
 from tqdm import tqdm  # plain text bar: works in a terminal, a notebook and nbval alike
 
@@ -43,7 +44,7 @@ def measure_generation(model, prompt: torch.Tensor, max_new_tokens: int, rounds:
     """Generate greedily with and without the KV cache, `rounds` times each in turn; seconds per step (chapter 7).
 
     Each step of chapter 7's `generate_steps` is timed from outside. Each step's time is its median over
-    the rounds: alternating the runs spreads the machine's slow moments over both, and the median drops
+    the rounds (its lowest and highest are kept too): alternating the runs spreads the machine's slow moments over both, and the median drops
     them. Every run must produce the same tokens, otherwise the timings would compare different work.
     """
     if rounds < 1:
@@ -59,8 +60,11 @@ def measure_generation(model, prompt: torch.Tensor, max_new_tokens: int, rounds:
                 raise AssertionError("generation with and without the cache produced different tokens")
             runs["cached" if use_cache else "uncached"].append(seconds)
     medians = {mode: [statistics.median(step) for step in zip(*times, strict=True)] for mode, times in runs.items()}
+    lowest = {mode: [min(step) for step in zip(*times, strict=True)] for mode, times in runs.items()}
+    highest = {mode: [max(step) for step in zip(*times, strict=True)] for mode, times in runs.items()}
     return {"machine": machine(), "prompt_length": prompt.shape[-1], "rounds": rounds,
-            "parameters": sum(p.numel() for p in model.parameters()), "seconds_per_step": medians}
+            "parameters": sum(p.numel() for p in model.parameters()), "seconds_per_step": medians,
+            "lowest_per_step": lowest, "highest_per_step": highest}
 
 
 def save_result(result: dict, name: str, folder) -> None:
@@ -78,8 +82,9 @@ def load_result(name: str) -> dict:
 
 
 def interleaved_times(functions: dict, repeats: int = 5, progress: bool = True) -> dict:
-    """Seconds of each of `functions` (name -> callable) in each of `repeats` rounds, the functions taking turns
-    within a round -> name -> list of seconds, one per round (chapters 3, 9).
+    """Seconds of each of `functions` (name -> callable) in each of `repeats` rounds, after one warm-up call
+    each, the functions taking turns within a round -> name -> list of seconds, one per round (chapters 3,
+    7, 8, 9).
 
     Interleaving spreads the machine's slow moments over all of them: the ratio of two functions' times in
     the same round is fair even when the rounds differ.
@@ -109,3 +114,19 @@ def interleaved_medians(functions: dict, repeats: int = 5, progress: bool = True
     """Median seconds of each of `functions` (name -> callable), run in turn `repeats` times (chapters 3, 9)."""
     times = interleaved_times(functions, repeats, progress)
     return {name: statistics.median(seconds) for name, seconds in times.items()}
+
+
+def bandwidth_fit(cache_bytes, seconds) -> tuple[float, float]:
+    """The least-squares line t = t0 + bytes / bandwidth through measured
+    steps: (t0 in seconds, bandwidth in bytes per second) (chapters 7, 8).
+    """
+    x = np.asarray(cache_bytes, dtype=float)
+    t = np.asarray(seconds, dtype=float)
+    slope, t0 = np.polyfit(x, t, 1)  # seconds per byte, seconds
+    return float(t0), float(1 / slope)
+
+
+def spread(seconds: list[float]) -> dict:
+    """The median of repeated timings and their quartiles, the range half of them fall in (chapters 7, 8)."""
+    q1, median, q3 = statistics.quantiles(seconds, n=4, method="inclusive")
+    return {"median": median, "q1": q1, "q3": q3}

@@ -3,6 +3,7 @@ exercise, the function its solution cell defines and what it may not call (see `
 
 import math
 
+import numpy as np
 import torch
 
 from .common import CASES, Check, case_generator, shape_problem, sizes
@@ -41,7 +42,85 @@ def check_decode_step(decode_step, seed: int = 0) -> str | None:
     return None
 
 
+def check_cached_step(cached_step, seed: int = 0) -> str | None:
+    """Chapter 7: a step on preallocated buffers (B, H, L, d) holding `length` positions: write the new key
+    and value into slot `length`, attend over the length + 1 positions held (never the unused slots)."""
+    for case in range(CASES):
+        gen = case_generator(seed, case)
+        B, H, d = sizes(gen, 3, 4)
+        length, spare = sizes(gen, 2, 9)
+        q, k_new, v_new = (torch.randn(B, H, 1, d, generator=gen, dtype=torch.float64) for _ in range(3))
+        keys, values = (torch.randn(B, H, length + spare, d, generator=gen, dtype=torch.float64) for _ in range(2))
+        held_k, held_v = keys[..., :length, :].clone(), values[..., :length, :].clone()
+        k_buf, v_buf = keys.clone(), values.clone()
+        got = cached_step(q, k_new, v_new, k_buf, v_buf, length)
+        if not isinstance(got, tuple | list) or len(got) != 2:
+            return "return two things: the output (B, H, 1, d_v) and the new length"
+        output, new_length = torch.as_tensor(got[0]), got[1]
+        if not (torch.equal(k_buf[..., :length, :], held_k) and torch.equal(v_buf[..., :length, :], held_v)):
+            return f"a stored position 0 … {length - 1} was overwritten: the new one goes into slot length={length}"
+        if not (torch.equal(k_buf[..., length, :], k_new[..., 0, :]) and torch.equal(v_buf[..., length, :],
+                                                                                     v_new[..., 0, :])):
+            return (f"slot length={length} of the buffers does not hold the new key and value: write them in "
+                    "place (keys[..., length, :] = ...), the caller keeps the buffers")
+        if new_length != length + 1:
+            return f"the cache held {length} positions and took one more: return length + 1 = {length + 1}"
+        if problem := shape_problem(output, (B, H, 1, d), "the output"):
+            return problem
+
+        def attend(k, v, q=q, d=d):
+            return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d), dim=-1) @ v  # (B, H, 1, d)
+
+        if spare > 1 and torch.allclose(output, attend(k_buf, v_buf)):
+            return (f"you attended over the whole buffer: its {spare - 1} unused slot(s) after position {length} "
+                    "hold whatever was there before, and no shape check catches it; slice to the length + 1 held")
+        if torch.allclose(output, attend(k_buf[..., :length, :], v_buf[..., :length, :])):
+            return "the output ignores the new position: attend over positions 0 … length, the new one included"
+        expected = attend(k_buf[..., :length + 1, :], v_buf[..., :length + 1, :])
+        if not torch.allclose(output, expected):
+            return f"the output differs from attention over the length + 1 positions held " \
+                   f"(largest difference {(output - expected).abs().max():.3g})"
+    return None
+
+
+def check_fit_bandwidth(fit_bandwidth, seed: int = 0) -> str | None:
+    """Chapter 7: least-squares line t = t0 + bytes / bandwidth through measured (bytes, seconds)."""
+    rng = np.random.default_rng([seed, 77])
+    for _ in range(CASES):
+        n = int(rng.integers(3, 9))
+        cache_bytes = np.sort(rng.uniform(1e6, 3e8, size=n))
+        t0, bandwidth = rng.uniform(1e-4, 5e-3), rng.uniform(5e9, 5e10)
+        seconds = t0 + cache_bytes / bandwidth + rng.normal(0, 1e-4, size=n)
+        got = fit_bandwidth(cache_bytes.copy(), seconds.copy())
+        if not isinstance(got, tuple | list) or len(got) != 2:
+            return "return two numbers: the fixed time t0 in seconds and the bandwidth in bytes per second"
+        got_t0, got_bw = (float(x) for x in got)
+        slope, intercept = np.polyfit(cache_bytes, seconds, 1)
+        if math.isclose(got_bw, slope, rel_tol=1e-6):
+            return ("your bandwidth is the slope, seconds per byte: bandwidth is bytes per second, its inverse "
+                    "(1 / slope)")
+        if math.isclose(got_t0, 0, abs_tol=1e-12):
+            return ("t0 is 0: the line was forced through the origin, but a step costs a fixed time even with "
+                    "an empty cache; fit the intercept too")
+        back, _ = np.polyfit(seconds, cache_bytes, 1)
+        if math.isclose(got_bw, back, rel_tol=1e-6):
+            return ("that fits bytes against seconds: the least-squares line must predict seconds from bytes "
+                    "(the measured, noisy quantity is the time)")
+        if not (math.isclose(got_t0, intercept, rel_tol=1e-6, abs_tol=1e-12)
+                and math.isclose(got_bw, 1 / slope, rel_tol=1e-6)):
+            return (f"for {n} points you give t0 = {got_t0:.4g} s and {got_bw:.4g} B/s; the least-squares line "
+                    f"gives t0 = {intercept:.4g} s and {1 / slope:.4g} B/s")
+    return None
+
+
 CHECKS: dict[str, Check] = {
     "ch7.decode_step": Check(check_decode_step, "decode_step",
           forbidden=("attention_book.attention.scaled_dot_product_attention", "torch.nn.functional.scaled_dot_product_attention")),
+    "ch7.cached_step": Check(check_cached_step, "cached_step",
+          forbidden=("attention_book.kv_cache.KVCache.append", "attention_book.attention.scaled_dot_product_attention",
+                     "torch.nn.functional.scaled_dot_product_attention")),
+    "ch7.fit_bandwidth": Check(check_fit_bandwidth, "fit_bandwidth",
+          forbidden=("attention_book.measure.bandwidth_fit", "attention_book.measure.benchmark.bandwidth_fit",
+                     "numpy.polyfit", "numpy.linalg.lstsq",
+                     "torch.linalg.lstsq")),
 }

@@ -2,11 +2,13 @@
 exercise, the function its solution cell defines and what it may not call (see `..checks`)."""
 
 
+import math
+
 import numpy as np
 import torch
 
 from ...kv_cache import RingKVCache, kv_cache_bytes
-from .common import CASES, Check, case_generator, sizes
+from .common import CASES, Check, case_generator, shape_problem, sizes
 
 
 def check_cache_size(kv_cache_size, seed: int = 0) -> str | None:
@@ -60,9 +62,44 @@ def check_ring_slots(ring_slots, seed: int = 0) -> str | None:
     return None
 
 
+def check_grouped_decode(grouped_decode, seed: int = 0) -> str | None:
+    """Chapter 8: one decode step of H query heads over H_kv shared key/value heads, query head h reading
+    key/value head h // (H / H_kv), without copying the keys and values per query head."""
+    for case in range(CASES):
+        gen = case_generator(seed, case)
+        B, S, d = sizes(gen, 3, 6)
+        kv_heads = sizes(gen, 1, 4)[0]
+        group = 2 + case % 3  # at least two query heads per key/value head
+        H = kv_heads * group
+        q = torch.randn(B, H, 1, d, generator=gen, dtype=torch.float64)
+        k, v = (torch.randn(B, kv_heads, S, d, generator=gen, dtype=torch.float64) for _ in range(2))
+        got = torch.as_tensor(grouped_decode(q, k, v))
+        if problem := shape_problem(got, (B, H, 1, d), "the output"):
+            return problem
+
+        def attend(keys, values, q=q, d=d):
+            return torch.softmax(q @ keys.transpose(-2, -1) / math.sqrt(d), dim=-1) @ values
+
+        expected = attend(k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1))
+        if torch.allclose(got, expected):
+            continue
+        if kv_heads > 1 and torch.allclose(got, attend(k.repeat(1, group, 1, 1), v.repeat(1, group, 1, 1))):
+            return (f"with H={H} and H_kv={kv_heads}, query head 1 read key/value head 1: heads go to groups in "
+                    f"order, head h reads h // {group} (repeat_interleave's order, not repeat's)")
+        if d > 1 and torch.allclose(got, torch.softmax(q @ k.repeat_interleave(group, dim=1).transpose(-2, -1),
+                                                       dim=-1) @ v.repeat_interleave(group, dim=1)):
+            return "the scores are not scaled: divide q · k by sqrt(d_k) before the softmax"
+        return (f"H={H}, H_kv={kv_heads}: the output differs from attention with each key/value head shared by "
+                f"its group (largest difference {(got - expected).abs().max():.3g})")
+    return None
+
+
 CHECKS: dict[str, Check] = {
     "ch8.cache_size": Check(check_cache_size, "kv_cache_size",
           forbidden=("attention_book.kv_cache.kv_cache_bytes",)),
     "ch8.ring_slots": Check(check_ring_slots, "ring_slots",
           forbidden=("attention_book.kv_cache.RingKVCache.slot_positions",)),
+    "ch8.grouped_decode": Check(check_grouped_decode, "grouped_decode",
+          forbidden=("attention_book.multihead.grouped_attention", "torch.repeat_interleave",
+                     "torch.Tensor.repeat_interleave", "torch.Tensor.repeat", "torch.Tensor.expand")),
 }
