@@ -82,33 +82,33 @@ def _tile_panel(ax, x0, y_top, T, S, block, c, title, subtitle, row_note=None, w
 
 
 def tile_schedule(png_dir=None):
-    """Chapter 9: tiles of tiled attention under a causal mask, for T = S and for T < S (bottom-right)."""
-    fig, ax = new_figure(13.0, 6.3)
-    block, c, top = 2, 0.3, 4.9
+    """Chapter 9: tiles of tiled attention under a causal mask, for T = S and for T < S (bottom-right), in
+    two rows narrow enough to read at page width: (a) and (b) above, (c) and the legend below."""
+    fig, ax = new_figure(8.4, 7.7, bottom=-0.1)
+    block, c, top = 2, 0.3, 6.45
     _tile_panel(ax, 1.25, top, 8, 8, block, c, "(a) causal, T = S = 8", "block_q = block_k = 2 positions")
-    _tile_panel(ax, 6.0, top, 4, 8, block, c, "(b) causal, T = 4 < S = 8", "queries are positions 4 … 7",
-                row_note=lambda qb: f"(positions {4 + 2 * qb}–{5 + 2 * qb})")
-    text(ax, 6.0 + 1.2, top - 1.2 - 0.35, "the diagonal starts S − T = 4 keys", size=SMALL)
-    text(ax, 6.0 + 1.2, top - 1.2 - 0.62, "(2 key blocks) to the right:", size=SMALL)
-    text(ax, 6.0 + 1.2, top - 1.2 - 0.89, "bottom-right alignment, as in chapter 5", size=SMALL)
-    _tile_panel(ax, 10.1, top, 8, 8, block, c, "(c) the backward, T = S = 8", "key blocks outer (FA1 and FA2)",
+    _tile_panel(ax, 5.7, top, 4, 8, block, c, "(b) causal, T = 4 < S = 8", "queries are positions 4 … 7",
+                row_note=lambda qb: f"({4 + 2 * qb}–{5 + 2 * qb})")
+    text(ax, 5.7 + 1.2, top - 1.2 - 0.35, "the diagonal starts S − T = 4 keys", size=SMALL)
+    text(ax, 5.7 + 1.2, top - 1.2 - 0.62, "(2 key blocks) to the right:", size=SMALL)
+    text(ax, 5.7 + 1.2, top - 1.2 - 0.89, "bottom-right, as in chapter 5", size=SMALL)
+    top2 = top - 2.4 - 1.5
+    _tile_panel(ax, 1.25, top2, 8, 8, block, c, "(c) the backward, T = S = 8", "dK, dV: key blocks outer",
                 walk="columns")
 
-    # Legend: one tile of each kind, the diagonal and the walk.
-    y1, y2, y3 = 1.75, 1.1, 0.45
-    for x, kind, label in ((0.3, FULL, "full: no mask"), (2.55, MASKED, "masked: crosses the diagonal"),
-                           (5.95, SKIPPED, "skipped: never computed")):
-        _draw_tile(ax, x, y1 + c, kind, c, 2, 2, lambda a, b: b <= a)
-        text(ax, x + 2 * c + 0.12, y1, label, size=SMALL, ha="left")
-    ax.plot([0.3, 0.9], [y2, y2], color=DIAGONAL, linewidth=1.6, linestyle=(0, (4, 2)))
-    text(ax, 1.02, y2, "the diagonal: key j = S − T + i (masked tiles set the scores right of it to −∞)",
-         size=SMALL, ha="left")
-    _walk_arrow(ax, 0.3, 0.9, y3)
-    text(ax, 1.02, y3, "(a), (b), the forward: each query block walks its key blocks left to right, keeping a running "
-         "max m, running sum l and output acc;\nit stops after the last tile that touches the diagonal and writes "
-         "acc / l and the log-sum-exp m + log l once. (c), the backward: each key block walks down\nthe query "
-         "blocks that see it, from the diagonal, recomputing P from the log-sum-exp and summing dK and dV in place; "
-         "dQ is added to per tile.", size=SMALL, ha="left", linespacing=1.4)
+    # Legend, right of (c): one tile of each kind, the diagonal and the walks.
+    x = 4.45
+    for y, kind, label in ((top2 - 0.3, FULL, "full: no mask"), (top2 - 0.95, MASKED, "masked: crosses the diagonal"),
+                           (top2 - 1.6, SKIPPED, "skipped: never computed")):
+        _draw_tile(ax, x, y + c, kind, c, 2, 2, lambda a, b: b <= a)
+        text(ax, x + 2 * c + 0.12, y, label, size=SMALL, ha="left")
+    y = top2 - 2.05
+    ax.plot([x, x + 0.6], [y, y], color=DIAGONAL, linewidth=1.6, linestyle=(0, (4, 2)))
+    text(ax, x + 0.72, y, "key j = S − T + i", size=SMALL, ha="left")
+    y = top2 - 2.45
+    _walk_arrow(ax, x, x + 0.6, y)
+    text(ax, x + 0.72, y, "a block's walk: rows in (a), (b);\ncolumns in (c)", size=SMALL, ha="left",
+         linespacing=1.3)
     save(fig, "tile_schedule", png_dir)
 
 

@@ -1,5 +1,7 @@
-"""Chapter 9's tiled attention as Triton kernels for CUDA GPUs: FlashAttention's forward pass, and
-FlashAttention-2's backward pass as a dK/dV kernel (key blocks outer) and a dQ kernel (query blocks outer).
+"""Chapter 9's tiled attention as Triton kernels for CUDA GPUs: FlashAttention's forward pass, and its
+backward as a dK/dV kernel (key blocks outer, as in FlashAttention-2) and a separate dQ kernel (query
+blocks outer): a second pass for dQ, as Triton's fused-attention tutorial makes (there, a second loop in
+the same kernel), in place of FlashAttention-2's atomic adds into dQ.
 
 Each program instance owns one block of queries of one (batch, head) and walks over the key blocks with
 the online softmax of `efficient.tiled_attention`; scores live only in registers. Import needs the
@@ -104,8 +106,9 @@ def _tile_probabilities(q, k, lse, offs_q, offs_k, T, S, offset, qk_scale,
 def _backward_dk_dv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, stride_qb, stride_qt, stride_kb, stride_ks,
                            T, S, qk_scale, sm_scale, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr,
                            BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
-    """dK and dV of one key block: the outer loop of FlashAttention-2's backward. The program walks the
-    query blocks that can see its keys, recomputes P per tile, and writes dK_j and dV_j once."""
+    """dK and dV of one key block: the outer loop of FlashAttention-2's backward (which also adds into dQ
+    with atomics; here dQ has its own pass, `_backward_dq_kernel`). The program walks the query blocks
+    that can see its keys, recomputes P per tile, and writes dK_j and dV_j once."""
     block = tl.program_id(0)  # which block of keys
     bh = tl.program_id(1).to(tl.int64)
     offs_k = block * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -139,7 +142,8 @@ def _backward_dk_dv_kernel(Q, K, V, DO, LSE, DELTA, DK, DV, stride_qb, stride_qt
 def _backward_dq_kernel(Q, K, V, DO, LSE, DELTA, DQ, stride_qb, stride_qt, stride_kb, stride_ks,
                         T, S, qk_scale, sm_scale, CAUSAL: tl.constexpr, HEAD_DIM: tl.constexpr,
                         BLOCK_Q: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
-    """dQ of one query block: it walks the key blocks its queries can see, as the forward does."""
+    """dQ of one query block: it walks the key blocks its queries can see, as the forward does (a second
+    pass, as in Triton's fused-attention tutorial, where FlashAttention-2 adds into dQ with atomics)."""
     block = tl.program_id(0)  # which block of queries
     bh = tl.program_id(1).to(tl.int64)
     offs_q = block * BLOCK_Q + tl.arange(0, BLOCK_Q)
@@ -172,7 +176,8 @@ def triton_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     """softmax(Q Kᵀ / √d) V with one Triton kernel; query (B, H, T, d), key and value (B, H, S, d) (chapter 9).
 
     fp16, bf16 or fp32 on a CUDA device (or fp16 and fp32 on the CPU under TRITON_INTERPRET=1: the
-    interpreter's tl.dot multiplies bf16 wrongly, triton-lang/triton#11584), d a power of two from 16
+    interpreter's tl.dot multiplies bf16 wrongly, triton-lang/triton#11584, so bf16 has never been checked
+    by this book), d a power of two from 16
     to 256; no keys (S = 0) give zeros, as in chapter 2. fp32 is multiplied in full fp32 precision, not
     TF32. With `causal`, the queries are the last T of S positions. Blocks and stages default to `default_config`; whatever is given must fit a thread
     block's shared memory. Differentiable: the backward pass runs two more kernels (`TritonAttention`),
@@ -204,7 +209,7 @@ def _precision(dtype: torch.dtype) -> str:
 
 class TritonAttention(torch.autograd.Function):
     """The Triton kernels for autograd: the forward kernel saves the row log-sum-exp, the two backward
-    kernels recompute P from it tile by tile (FlashAttention-2's backward; chapter 9)."""
+    kernels recompute P from it tile by tile (dK/dV as in FlashAttention-2, dQ in its own pass; chapter 9)."""
 
     @staticmethod
     def forward(ctx, query, key, value, settings):
