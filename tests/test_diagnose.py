@@ -102,3 +102,10 @@ def test_an_answer_with_no_named_mistake_says_where_it_differs(stored):
 
 def test_the_right_answer_names_nothing(stored):
     assert feedback.replay("chX.weights", lambda q, k: causal_weights(5, 4)[-1], stored).passed
+
+
+def test_the_replay_counts_cases_as_the_checks_do():
+    """Both say "passed on 20 random cases"; some checks add edge cases after the random ones."""
+    from attention_book.course.checks.common import CASES
+
+    assert feedback.CASES == CASES

@@ -50,7 +50,7 @@ def test_colab_ready(path):
 # or a float with eight or more decimals (0.8017057180404663). A bound such as "below 1e-5" is fine.
 ROUNDING_NOISE = re.compile(r"\d\.\d+e[-+]?\d+|\d\.\d{8,}")
 # Cells whose output may differ between machines: they measure time or memory.
-MEASUREMENTS = ("interleaved_medians", "measure_generation", "measure_peak_memory")
+MEASUREMENTS = ("interleaved_medians", "interleaved_times", "measure_generation", "measure_peak_memory")
 
 
 def text_outputs(cell):

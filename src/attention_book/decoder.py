@@ -105,7 +105,8 @@ class Decoder(nn.Module):
         already stored: the caches say at which positions (one start for the
         batch, or one per sequence for a paged cache).
         """
-        validate_tokens(tokens, self.config.vocab_size, device=self.head.weight.device)
+        validate_tokens(tokens, self.config.vocab_size,
+                        device=self.head.weight.device)
         validate_caches(caches, len(self.blocks))
         T = tokens.shape[-1]
         start = 0 if caches is None else len(caches[0])  # paged: the longest

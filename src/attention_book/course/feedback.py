@@ -22,6 +22,7 @@ from .diagnose import name_the_mistake
 from .verdict import Result, not_implemented
 
 FOLDER = Path(__file__).resolve().parents[1] / "data" / "feedback"
+CASES = 20  # random inputs per check, as checks.common.CASES; some checks add edge cases after them
 
 
 def _full_checks():
@@ -76,7 +77,7 @@ def replay(exercise: str, student_function, folder: Path = FOLDER) -> Result:
             problem = f"your result could not be checked ({type(error).__name__}: {error})"
         if problem:
             return Result(exercise, False, f"case {number} of {len(stored)}, inputs {describe(args)}: {problem}")
-    return Result(exercise, True, f"passed on {len(stored)} random cases")
+    return Result(exercise, True, f"passed on {min(len(stored), CASES)} random cases")
 
 
 def describe(args) -> str:

@@ -103,10 +103,14 @@ def interleaved_times(functions: dict, repeats: int = 5, progress: bool = True) 
     return times
 
 
-def round_ratios(seconds_per_round: dict, method: str, baseline: str) -> tuple[float, float, float]:
-    """`method`'s time over `baseline`'s within each interleaved round -> (median, lowest, highest) over the
-    rounds (chapter 9): the spread a stored ratio carries."""
-    ratios = sorted(a / b for a, b in zip(seconds_per_round[method], seconds_per_round[baseline], strict=True))
+def round_ratios(seconds_per_round: dict, method: str,
+                 baseline: str) -> tuple[float, float, float]:
+    """`method`'s time over `baseline`'s within each interleaved round ->
+    (median, lowest, highest) over the rounds (chapter 9): the spread a
+    stored ratio carries."""
+    pairs = zip(seconds_per_round[method], seconds_per_round[baseline],
+                strict=True)
+    ratios = sorted(a / b for a, b in pairs)  # one ratio per round
     return statistics.median(ratios), ratios[0], ratios[-1]
 
 
