@@ -191,9 +191,10 @@ def tiled_attention_backward(grad_output, query, key, value, output, lse,
 
     With scores Z, P = softmax(Z), dO the output's gradient and
     D = rowsum(dO ∘ O): dV = Pᵀ dO, dP = dO Vᵀ, dZ = P ∘ (dP − D),
-    dQ = dZ K / √d_k and dK = dZᵀ Q / √d_k. The outer loop walks key blocks, so dK_j and dV_j are
-    summed in place and written once; the inner loop walks the query blocks
-    that can see key block j, recomputing P = exp(S − L) a tile at a time.
+    dQ = dZ K / √d_k and dK = dZᵀ Q / √d_k. The outer loop walks key blocks,
+    so dK_j and dV_j are summed in place and written once; the inner loop
+    walks the query blocks that can see key block j, recomputing
+    P = exp(Z − L) a tile at a time.
     """
     batch = lse.shape[:-1]
     T, S, d_k = query.shape[-2], key.shape[-2], query.shape[-1]
