@@ -397,6 +397,34 @@ CALLS_THE_REFERENCE = {
 }
 
 
+def _solution_calling(name: str, call: str) -> str:
+    """The chapter's own solution of `name`, which also makes the forbidden call `call` first: it passes where
+    the reference is allowed and must score zero where the grader forbids it."""
+    from attention_book.course.export import graded_exercises
+
+    for path in NOTEBOOKS:
+        for exercise in graded_exercises(nbformat.read(path, as_version=4)):
+            if exercise["name"] == name:
+                function = exercise["function"]
+                return (exercise["solution"] + f"\n\n_solution = {function}\n\n\n"
+                        f"def {function}(*args):\n    {call}\n    return _solution(*args)\n")
+    raise KeyError(name)
+
+
+ATTEND = ("import numpy as np\n    import attention_book.keras_decoder as kd\n"
+          "    kd.attend(*[np.zeros((1, 1, 1, 1))] * 3)")
+CALLS_THE_REFERENCE.update({
+    "ch6.padded": _solution_calling("ch6.padded", ATTEND),
+    "ch6.two_layers": _solution_calling("ch6.two_layers", ATTEND),
+    "ch7.cached_step": _solution_calling("ch7.cached_step", "import torch.nn.functional as F\n"
+                                                            "    F.scaled_dot_product_attention(args[0], args[0], args[0])"),
+    "ch7.fit_bandwidth": _solution_calling("ch7.fit_bandwidth", "import numpy as np\n"
+                                                                "    np.polyfit([0.0, 1.0, 2.0], [0.0, 1.0, 2.0], 1)"),
+    "ch8.grouped_decode": _solution_calling("ch8.grouped_decode", "import torch\n"
+                                                                  "    torch.repeat_interleave(torch.ones(2), 2)"),
+})
+
+
 def test_every_forbidden_reference_would_pass_if_allowed(monkeypatch):
     """Not vacuous: called in the kernel, without the sandbox, each of these answers passes its check (the
     method's measure aside: a reference that reads all of x at once is not "in blocks" either)."""

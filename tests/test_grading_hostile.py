@@ -31,8 +31,8 @@ NAMESPACES = sandbox.isolation() is None
 pytestmark = pytest.mark.skipif(not NAMESPACES, reason="needs the allow-list sandbox (bubblewrap)")
 CAUSAL = next(p for p in NOTEBOOKS if p.name.startswith("05_"))
 SECRET = "the teacher's private notes"
-CLASSMATE = "import torch\n\n\ndef causal_mask_by_hand(T):\n    return torch.ones(T, T, dtype=torch.bool).tril()\n"
-PROBE = ("def causal_mask_by_hand(T):\n    seen = []\n    for path in PATHS:\n        try:\n"
+CLASSMATE = "import torch\n\n\ndef offset_causal_mask_by_hand(T, S):\n    return torch.ones(T, S, dtype=torch.bool).tril(S - T)\n"
+PROBE = ("def offset_causal_mask_by_hand(T, S):\n    seen = []\n    for path in PATHS:\n        try:\n"
          "            with open(path, 'rb') as file:\n                file.read(1)\n            seen.append(path + ': read')\n"
          "        except OSError as error:\n            seen.append(path + ': ' + type(error).__name__)\n"
          "    raise ValueError(' | '.join(seen))\n")
@@ -70,25 +70,25 @@ SHORTCUTS = {
 }
 
 PROGRAM = repr("from attention_book.causal import causal_mask\n"
-               "print({T: causal_mask(T).int().tolist() for T in range(1, 64)})")
+               "print({(T, S): causal_mask(T, S).int().tolist() for S in range(1, 17) for T in range(1, S + 1)})")
 # Forbidden functions reached another way: (the function the exercise asks for, the cheat's solution cell).
 BACK_DOORS = {
     "c_nn_loss": ("masked_loss_by_hand", "import torch\n\n\ndef masked_loss_by_hand(logits, labels, lengths):\n"
                   "    real = torch.arange(labels.shape[1]) < lengths[:, None]\n"
                   "    return torch._C._nn.cross_entropy_loss(logits[real], labels[real], None, 1, -100, 0.0)\n"),
-    "fresh_interpreter": ("causal_mask_by_hand", "import subprocess\nimport sys\n\nimport torch\n\n"
+    "fresh_interpreter": ("offset_causal_mask_by_hand", "import subprocess\nimport sys\n\nimport torch\n\n"
                           "out = subprocess.run([sys.executable, '-c', PROGRAM], capture_output=True, text=True)\n"
                           "masks = eval(out.stdout)\n\n\n"
-                          "def causal_mask_by_hand(T):\n    return torch.tensor(masks[T]).bool()\n"),
-    "exec_in_a_fork": ("causal_mask_by_hand", "import os\nimport sys\n\nimport torch\n\nread, write = os.pipe()\n"
+                          "def offset_causal_mask_by_hand(T, S):\n    return torch.tensor(masks[(T, S)]).bool()\n"),
+    "exec_in_a_fork": ("offset_causal_mask_by_hand", "import os\nimport sys\n\nimport torch\n\nread, write = os.pipe()\n"
                        "if os.fork() == 0:\n    try:\n        os.dup2(write, 1)\n"
                        "        os.execv(sys.executable, [sys.executable, '-c', PROGRAM])\n    finally:\n"
                        "        os._exit(1)\nos.close(write)\n"
                        "text = b''\nwhile chunk := os.read(read, 1 << 20):\n    text += chunk\n"
                        "if not text:\n    raise PermissionError('the program did not run')\n"
                        "masks = eval(text.decode())\n\n\n"
-                       "def causal_mask_by_hand(T):\n    return torch.tensor(masks[T]).bool()\n"),
-    "execve_by_ctypes": ("causal_mask_by_hand", "import ctypes\nimport os\nimport sys\n\nimport torch\n\n"
+                       "def offset_causal_mask_by_hand(T, S):\n    return torch.tensor(masks[(T, S)]).bool()\n"),
+    "execve_by_ctypes": ("offset_causal_mask_by_hand", "import ctypes\nimport os\nimport sys\n\nimport torch\n\n"
                          "read, write = os.pipe()\nif os.fork() == 0:\n    try:\n        os.dup2(write, 1)\n"
                          "        exe = sys.executable.encode()\n"
                          "        argv = (ctypes.c_char_p * 4)(exe, b'-c', PROGRAM.encode(), None)\n"
@@ -97,15 +97,15 @@ BACK_DOORS = {
                          "text = b''\nwhile chunk := os.read(read, 1 << 20):\n    text += chunk\n"
                        "if not text:\n    raise PermissionError('the program did not run')\n"
                          "masks = eval(text.decode())\n\n\n"
-                         "def causal_mask_by_hand(T):\n    return torch.tensor(masks[T]).bool()\n"),
-    "second_copy": ("causal_mask_by_hand", "import importlib.util\n\nimport attention_book.causal as causal\n\n"
+                         "def offset_causal_mask_by_hand(T, S):\n    return torch.tensor(masks[(T, S)]).bool()\n"),
+    "second_copy": ("offset_causal_mask_by_hand", "import importlib.util\n\nimport attention_book.causal as causal\n\n"
                     "spec = importlib.util.spec_from_file_location('attention_book.copy', causal.__file__)\n"
                     "copy = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(copy)\n\n\n"
-                    "def causal_mask_by_hand(T):\n    return copy.causal_mask(T)\n"),
-    "source_copy": ("causal_mask_by_hand", "import attention_book.causal as causal\n\n"
+                    "def offset_causal_mask_by_hand(T, S):\n    return copy.causal_mask(T, S)\n"),
+    "source_copy": ("offset_causal_mask_by_hand", "import attention_book.causal as causal\n\n"
                     "found = {'__name__': 'attention_book.copy', '__package__': 'attention_book'}\n"
                     "exec(open(causal.__file__).read(), found)\n\n\n"
-                    "def causal_mask_by_hand(T):\n    return found['causal_mask'](T)\n"),
+                    "def offset_causal_mask_by_hand(T, S):\n    return found['causal_mask'](T, S)\n"),
 }
 
 
@@ -134,33 +134,33 @@ def hostile_class(tmp_path_factory):
 
     causal = nbformat.read(CAUSAL, as_version=4)
     student("honest", causal)
-    student("copies_a_classmate", notebook_with(CAUSAL, "causal_mask_by_hand",
-                                                "from classmate import causal_mask_by_hand as copy\n\n\n"
-                                                "def causal_mask_by_hand(T):\n    return copy(T)\n"))
-    student("prober", notebook_with(CAUSAL, "causal_mask_by_hand", PROBE.replace("PATHS", repr(paths))))
+    student("copies_a_classmate", notebook_with(CAUSAL, "offset_causal_mask_by_hand",
+                                                "from classmate import offset_causal_mask_by_hand as copy\n\n\n"
+                                                "def offset_causal_mask_by_hand(T, S):\n    return copy(T, S)\n"))
+    student("prober", notebook_with(CAUSAL, "offset_causal_mask_by_hand", PROBE.replace("PATHS", repr(paths))))
     for name, (function, source) in BACK_DOORS.items():
         chapter = chapter_defining(function)
         student(name, notebook_with(chapter, function, source.replace("PROGRAM", PROGRAM)), chapter=chapter)
     for function, source in SHORTCUTS.items():
         chapter = chapter_defining(function)
         student(f"shortcut_{function}", notebook_with(chapter, function, source), chapter=chapter)
-    honest = next(c.source for c in causal.cells if c.cell_type == "code" and "def causal_mask_by_hand(" in c.source)
-    student("magics", notebook_with(CAUSAL, "causal_mask_by_hand", "%%time\n%matplotlib inline\n!pip install torch\n"
+    honest = next(c.source for c in causal.cells if c.cell_type == "code" and "def offset_causal_mask_by_hand(" in c.source)
+    student("magics", notebook_with(CAUSAL, "offset_causal_mask_by_hand", "%%time\n%matplotlib inline\n!pip install torch\n"
                                     + honest))
     student("signature_in_a_string", notebook_with(CAUSAL, None, None, [
-        "notes = '''\ndef causal_mask_by_hand(T):\n    return None\n'''\n"]))
-    forged = ("def causal_mask_by_hand(T):\n    raise ValueError('<script>alert(1)</script> [full marks](http://x.invalid) "
+        "notes = '''\ndef offset_causal_mask_by_hand(T, S):\n    return None\n'''\n"]))
+    forged = ("def offset_causal_mask_by_hand(T, S):\n    raise ValueError('<script>alert(1)</script> [full marks](http://x.invalid) "
               "<img src=x onerror=alert(2)>')\n")
     student("ada smith", causal)
-    student("ada_smith", notebook_with(CAUSAL, "causal_mask_by_hand", forged))
+    student("ada_smith", notebook_with(CAUSAL, "offset_causal_mask_by_hand", forged))
     for name in ("=HYPERLINK(1)", "+cmd", "-cmd", "@SUM(1)"):
         student(name, causal)
     student("escapes", causal, name="05_\x1b[2J\x1b[31mred.ipynb")
     student("x" * 253, causal)
     (sub / "twice").mkdir()
-    old = student("twice", notebook_with(CAUSAL, "causal_mask_by_hand",
-                                         "import torch\n\n\ndef causal_mask_by_hand(T):\n"
-                                         "    return torch.zeros(T, T, dtype=torch.bool)\n"), name="05_draft.ipynb")
+    old = student("twice", notebook_with(CAUSAL, "offset_causal_mask_by_hand",
+                                         "import torch\n\n\ndef offset_causal_mask_by_hand(T, S):\n"
+                                         "    return torch.zeros(T, S, dtype=torch.bool)\n"), name="05_draft.ipynb")
     new = student("twice", causal)
     os.utime(old, (time.time() - 3600, time.time() - 3600))
     os.utime(new, (time.time(), time.time()))
@@ -200,7 +200,7 @@ def test_the_sandbox_sees_neither_the_working_folder_nor_pythonpath_nor_the_repo
     """Row 1: nothing of the folder the command runs from, of PYTHONPATH, of the repository beyond the
     package's own files, of the checks."""
     _, _, rows, paths = hostile_class
-    mask = check_of("causal_mask_by_hand")
+    mask = check_of("offset_causal_mask_by_hand")
     copied = next(r for r in rows_of(rows, "copies_a_classmate") if r["exercise"] == mask)
     assert copied["passed"] == "False" and "ModuleNotFoundError" in copied["message"], copied
     probe = next(r for r in rows_of(rows, "prober") if r["exercise"] == mask)["message"]
@@ -458,7 +458,7 @@ def test_memory_is_bounded_per_notebook_with_or_without_a_cgroup(monkeypatch, cg
 def test_a_cap_and_a_deadline_bound_the_run(tmp_path):
     """Row 10 and the teacher's item: more notebooks than the cap refuses to start; notebooks that each
     sleep to the limit stop at the run's deadline."""
-    sleeper = notebook_with(CAUSAL, "causal_mask_by_hand", "import time\n\n\ndef causal_mask_by_hand(T):\n"
+    sleeper = notebook_with(CAUSAL, "offset_causal_mask_by_hand", "import time\n\n\ndef offset_causal_mask_by_hand(T, S):\n"
                                                            "    time.sleep(60)\n")
     for i in range(4):
         (tmp_path / "sub" / f"s{i}").mkdir(parents=True)
