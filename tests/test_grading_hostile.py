@@ -64,9 +64,6 @@ def check_of(function: str) -> str:
 SHORTCUTS = {
     "running_max_and_sum": "import torch\n\n\ndef running_max_and_sum(x, block_size):\n    m = x.max()\n"
                            "    return float(m), float(torch.exp(x - m).sum())\n",
-    "tiled_attention_by_hand": "import torch\n\n\ndef tiled_attention_by_hand(q, k, v, block):\n"
-                               "    weights = torch.softmax(q @ k.T / q.shape[-1] ** 0.5, dim=-1)\n"
-                               "    return weights @ v\n",
 }
 
 PROGRAM = repr("from attention_book.causal import causal_mask\n"
