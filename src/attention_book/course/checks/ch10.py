@@ -81,15 +81,6 @@ def check_alibi(alibi_by_hand, seed: int = 0) -> str | None:
     return None
 
 
-def interpolated_reference(x: torch.Tensor, scale: float) -> torch.Tensor:
-    """RoPE on adjacent pairs with positions m / scale: position interpolation."""
-    T, d = x.shape
-    angles = rope_angles(T, d) / scale  # (T, d/2)
-    cos, sin = angles.cos(), angles.sin()
-    even, odd = x[:, 0::2], x[:, 1::2]  # (T, d/2) each
-    return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).reshape(T, d)
-
-
 def check_rope_interpolated(rope_interpolated, seed: int = 0) -> str | None:
     """Chapter 10: x (T, d) at positions 0 … T − 1 and a scale s: pair (2i, 2i + 1) at position m turned by
     (m / s)·θ_i, θ_i = 10000^(−2i/d) (position interpolation, Chen et al., 2023)."""
@@ -98,15 +89,15 @@ def check_rope_interpolated(rope_interpolated, seed: int = 0) -> str | None:
         T, half, s = sizes(gen, 3, 9)
         scale = float(s) / 2 + 1  # 1.5 … 5
         x = torch.randn(T + 1, 2 * half, generator=gen, dtype=torch.float64)  # (T, d)
-        got, expected = rope_interpolated(x.clone(), scale), interpolated_reference(x, scale)
+        got, expected = rope_interpolated(x.clone(), scale), apply_rope(x, scale=scale)
         if problem := shape_problem(got, expected.shape, "the rotated x"):
             return problem
         got = torch.as_tensor(got, dtype=torch.float64)
         if torch.allclose(got, expected, atol=1e-6):
             continue
-        if torch.allclose(got, interpolated_reference(x, 1.0), atol=1e-6):
+        if torch.allclose(got, apply_rope(x), atol=1e-6):
             return "that is plain RoPE: divide every position by the scale before turning (m / s)·θ_i"
-        if torch.allclose(got, interpolated_reference(x, 1 / scale), atol=1e-6):
+        if torch.allclose(got, apply_rope(x, scale=1 / scale), atol=1e-6):
             return ("you multiply the positions by the scale; interpolation divides them, so T·s positions fit "
                     "into the angles training saw for T")
         if T > 0 and torch.allclose(got, apply_rope(x, base=10000.0 * scale), atol=1e-6):
