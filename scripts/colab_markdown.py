@@ -12,7 +12,11 @@ What changes, in markdown cells only (code cells' sources and every output stay 
   them (the graded code cell, and any closing prose) carry {"solution": {"label": L}};
 - {cite}`a,b` becomes `[(A et al., 2017; B, 2019)](url of a "cite:a,b")` (authors, year and url from
   references.bib), {ref}`L` becomes `[N.k](#L "ref")` (exercise labels only);
-- `![alt](figures/x.svg)` becomes `![alt](attachment:x.svg)` with the SVG in the cell's attachments.
+- `![alt](figures/x.svg)` becomes `![alt](attachment:x.svg)` with the SVG in the cell's attachments;
+- a side note in an ```{admonition} Title```, ```{note}```, ```{tip}```, ```{warning}``` or ```{important}```
+  fence becomes a blockquote `> **Title.** text` (Jupyter shows a fence as code);
+- a citation whose authors the sentence has just named ("Britz et al. [(Britz et al., 2017)](...)", read
+  twice in Jupyter) keeps only its year: "Britz et al. [(2017)](...)" (the book shows "Britz et al. [BGLL17]").
 
 Idempotent: on a converted notebook it only renumbers the headings (after chapters are split or
 renumbered) and refreshes attachments from chapters/figures. The book is built from the MyST form
@@ -38,6 +42,10 @@ GATE_END = re.compile(r"^[`:]{3,}\{solution-end\}\s*\n?[`:]{3,}\Z", re.M)
 OLD_CITE = re.compile(r"\{cite\}`(?P<keys>[^`]+)`")
 OLD_REF = re.compile(r"\{ref\}`(?P<label>[\w-]+)`")
 OLD_FIGURE = re.compile(r"\]\(figures/(?P<name>[\w.-]+\.svg)\)")
+ADMONITION = re.compile(r"^(?P<fence>[`:]{3,})\{(?P<kind>admonition|note|tip|warning|important|seealso)\}[ \t]*"
+                        r"(?P<title>[^\n]*)\n(?P<options>(?::[\w-]+:[^\n]*\n)*)\n?(?P<text>.*?)\n?^(?P=fence)[ \t]*$",
+                        re.S | re.M)
+SHORT_CITE = re.compile(r"\A\[\(\d{4}[a-z]?\)\]")  # a citation that keeps only its year
 
 
 def chapter_number(path: Path) -> int:
@@ -85,10 +93,50 @@ def cite(keys: str, bib: dict) -> str:
     return f'[({"; ".join(text for text, _ in entries)})]({entries[0][1]} "cite:{keys.replace(" ", "")}")'
 
 
+def year_only(keys: str, bib: dict) -> str:
+    """A citation that keeps only its year, for a sentence that has just named the authors."""
+    text, url = bib[keys.split(",")[0].strip()]
+    return f'[({text.rsplit(", ", 1)[1]})]({url} "cite:{keys.replace(" ", "")}")'
+
+
+def undouble(source: str, bib: dict) -> str:
+    """"Britz et al. [(Britz et al., 2017)](...)" and "Rabe and Staats (2021) [(Rabe and Staats, 2021)](...)"
+    become "Britz et al. [(2017)](...)" and "Rabe and Staats [(2021)](...)" (a citation of one key)."""
+    out, last = "", 0
+    for match in CITE.finditer(source):
+        out += source[last:match.start()]
+        last = match.end()
+        keys = match["keys"]
+        names, year = bib[keys][0].rsplit(", ", 1) if "," not in keys else (None, None)
+        named = names and re.search(re.escape(names) + r"(?:'s|’s)?(?P<year> \(" + re.escape(year) + r"\))?\s*\Z",
+                                    out)
+        if not named:
+            out += match.group(0)
+            continue
+        if named["year"]:  # the sentence's own "(2021)" goes: the citation shows the year
+            out = out[:named.start("year")] + out[named.end("year"):]
+        out += year_only(keys, bib)
+    return out + source[last:]
+
+
+def admonitions(source: str) -> str:
+    """Side notes fenced for MyST as blockquotes Jupyter renders: `> **Title.** text`."""
+    def quote(match):
+        title = match["title"].strip() or match["kind"].capitalize()
+        text = match["text"].strip("\n")
+        lines = f"**{title.rstrip('.')}.** {text}".split("\n")
+        return "\n".join(f"> {line}".rstrip() for line in lines)
+
+    return ADMONITION.sub(quote, source)
+
+
 def convert_markdown(source: str, bib: dict, numbers: dict) -> str:
-    """Citations, references and figures of a markdown cell in the Jupyter form (idempotent)."""
+    """Citations, references, side notes and figures of a markdown cell in the Jupyter form (idempotent)."""
+    source = admonitions(source)
     source = OLD_CITE.sub(lambda m: cite(m["keys"], bib), source)
-    source = CITE.sub(lambda m: cite(m["keys"], bib), source)  # refresh the text after a bib change
+    # refresh the text after a bib change; a year-only citation stays one
+    source = CITE.sub(lambda m: (year_only if SHORT_CITE.match(m.group(0)) else cite)(m["keys"], bib), source)
+    source = undouble(source, bib)
 
     def ref(match):
         if match["label"] not in numbers:

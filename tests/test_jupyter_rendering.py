@@ -20,6 +20,10 @@ RAW_MYST = [
     (re.compile(r"^\s*[`:]{3,}\s*\{[\w-]+\}", re.M), "a MyST directive fence"),
     (re.compile(r"^:(label|class|name|width|align):", re.M), "a directive option line"),
 ]
+# A citation after a sentence that has just named its authors reads twice in Jupyter:
+# "Britz et al. (Britz et al., 2017)"; the Jupyter form keeps only the year there (scripts/colab_markdown.py).
+DOUBLED_CITATION = re.compile(r"\b(?P<names>[A-Z][\w-]+(?: et al\.| and [A-Z][\w-]+)?)(?:'s|’s)?"
+                              r" (?:\(\d{4}[a-z]?\) )?\((?P=names), \d{4}")
 MATH = re.compile(r"\$\$.+?\$\$|(?<![\\$])\$(?!\$)[^$\n]+?(?<!\\)\$", re.S)
 # Code in the markdown source, where `$` is no math; a fence of a MyST directive (```{exercise}) counts
 # as text here, so that the math Jupyter would show raw inside it is found.
@@ -50,6 +54,8 @@ def problems(notebook: nbformat.NotebookNode) -> list[str]:
         for pattern, what in RAW_MYST:
             if match := pattern.search(text):
                 found.append(f"cell {index}: {what}: {match.group(0)!r}")
+        if match := DOUBLED_CITATION.search(" ".join(text.split())):
+            found.append(f"cell {index}: a citation names its authors twice: {match.group(0)!r}")
         if match := re.search(r"\{[a-z][\w:-]*\}<code>", str(rendered)):
             found.append(f"cell {index}: a MyST role such as {{cite}}`...`: {match.group(0)!r}")
         for code in rendered.select("pre, code"):
@@ -93,11 +99,17 @@ def test_the_checks_catch_what_jupyter_showed_before_issue_40():
         nbformat.v4.new_markdown_cell("````{exercise} T\n:label: ch5-x\n\nWrite $f(x)$.\n````"),
         nbformat.v4.new_markdown_cell("As shown by {cite}`vaswani2017`."),
         nbformat.v4.new_markdown_cell("![a diagram](figures/x.svg)"),
-        nbformat.v4.new_markdown_cell("Fine: $a_1 * b_2 * c$ and $$\\sum_i x_i$$ render.")])
+        nbformat.v4.new_markdown_cell("Fine: $a_1 * b_2 * c$ and $$\\sum_i x_i$$ render."),
+        nbformat.v4.new_markdown_cell('Britz et al. [(Britz et al., 2017)](https://a.b "cite:britz2017") found it.'),
+        nbformat.v4.new_markdown_cell('Britz et al. [(2017)](https://a.b "cite:britz2017") found it.'),
+        nbformat.v4.new_markdown_cell("```{admonition} Side note\nText.\n```")])
     found = "\n".join(problems(notebook))
     assert "cell 0: a MyST directive" in found and "cell 0: math '$f(x)$'" in found
     assert "cell 1: a MyST role" in found
     assert "cell 2: image 'figures/x.svg'" in found
     assert "cell 3" not in found
+    assert "cell 4: a citation names its authors twice: 'Britz et al. (Britz et al., 2017'" in found
+    assert "cell 5" not in found
+    assert "cell 6: a MyST directive" in found
     missing = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("![a diagram](attachment:x.svg)")])
     assert problems(missing) == ["nbconvert cannot render it: missing attachment: x.svg"]

@@ -55,3 +55,25 @@ def test_conversion_is_idempotent_and_the_hook_gives_back_the_myst_form(tmp_path
     back = [(c["cell_type"], "".join(c["source"]).strip()) for c in myst_notebook(copy.deepcopy(converted))["cells"]]
     expected = MYST[:4] + [("markdown", "Closing words."), ("markdown", "```{solution-end}\n```")] + MYST[5:]
     assert back == [(kind, source.strip()) for kind, source in expected]
+
+
+def test_side_notes_and_doubled_citations_are_converted(tmp_path):
+    path = tmp_path / "09_x.ipynb"
+    nbformat.write(notebook([
+        ("markdown", "Before.\n\n```{admonition} Side note: seeds\nOne $x$.\n\nTwo.\n```\n\nAfter."),
+        ("markdown", ":::{note}\nShort.\n:::"),
+        ("markdown", "Rabe and Staats (2021) {cite}`rabe2021` and Vaswani et al. {cite}`vaswani2017`; {cite}`britz2017`."),
+    ]), path)
+    script = converter()
+    script.main([str(path)])
+    once = path.read_text()
+    script.main([str(path)])
+    assert path.read_text() == once, "a second run changes the notebook"
+    sources = ["".join(c["source"]) for c in json.loads(once)["cells"]]
+    assert sources[0] == "Before.\n\n> **Side note: seeds.** One $x$.\n>\n> Two.\n\nAfter."
+    assert sources[1] == "> **Note.** Short."
+    assert sources[2] == ('Rabe and Staats [(2021)](https://arxiv.org/abs/2112.05682 "cite:rabe2021") and '
+                          'Vaswani et al. [(2017)](https://arxiv.org/abs/1706.03762 "cite:vaswani2017"); '
+                          '[(Britz et al., 2017)](https://arxiv.org/abs/1703.03906 "cite:britz2017").')
+    back = "".join(myst_notebook(json.loads(once))["cells"][2]["source"])
+    assert back == "Rabe and Staats {cite}`rabe2021` and Vaswani et al. {cite}`vaswani2017`; {cite}`britz2017`."
