@@ -1,5 +1,8 @@
 """Chapter 7's profile of one cached decode step: where its few milliseconds go, at batch 1 and 8.
 
+One thread, as chapter 8's variant benchmark (benchmarks/kv_cache_variants.py) uses, so that the two
+compare; the machine's load is stored beside the result. The copy and the matrix product are timed
+9 times each (median and quartiles), the steps 48 times at one context (median and quartiles).
 Run from the repository root (about a minute on a 2-core CPU):  .venv/bin/python benchmarks/kv_cache_profile.py
 The result goes to src/attention_book/data/kv_cache_profile_cpu.json, which chapter 7 reads.
 """
@@ -7,23 +10,30 @@ The result goes to src/attention_book/data/kv_cache_profile_cpu.json, which chap
 import torch
 
 from attention_book.decoder import Decoder, DecoderConfig
-from attention_book.measure import machine, save_result
+from attention_book.measure import load_average, machine, save_result
 from attention_book.measure.profile import copy_bandwidth, decode_step_profile, matmul_throughput
 
 CONTEXT = 1200  # about the context of the last steps of chapter 7's generation benchmark
+STEPS = 48
 
 
 def main() -> None:
+    torch.set_num_threads(1)  # as the variant benchmark: one thread per process on a shared machine
     torch.manual_seed(0)
     model = Decoder(DecoderConfig()).eval()  # random weights: the cost does not depend on their values
-    rows = [decode_step_profile(model, CONTEXT, batch) for batch in (1, 8)]
-    result = {"machine": machine(), "copy_gb_per_s": copy_bandwidth(), "matmul_gflop_per_s": matmul_throughput(),
-              "context": CONTEXT, "rows": rows}
+    before = load_average()
+    copy, matmul = copy_bandwidth(), matmul_throughput()
+    rows = [decode_step_profile(model, CONTEXT, batch, STEPS) for batch in (1, 8)]
+    result = {"machine": {**machine(), "load_before": before, "load_after": load_average(),
+                          "load": "shared: other jobs ran on the same 2 cores while this was measured"},
+              "copy_gb_per_s": copy, "matmul_gflop_per_s": matmul, "context": CONTEXT, "rows": rows}
     save_result(result, "kv_cache_profile_cpu", "src/attention_book/data")
-    print(f"copying memory: {result['copy_gb_per_s']:.1f} GB/s, matrix products: "
-          f"{result['matmul_gflop_per_s']:.0f} GFLOP/s")
+    print(f"copying memory: {copy['median']:.1f} GB/s (quartiles {copy['q1']:.1f}-{copy['q3']:.1f}), "
+          f"matrix products: {matmul['median']:.0f} GFLOP/s ({matmul['q1']:.0f}-{matmul['q3']:.0f})")
     for row in rows:
-        print(f"batch {row['batch']}: {row['seconds_per_step'] * 1e3:.2f} ms per step, "
+        q = row["seconds_spread"]
+        print(f"batch {row['batch']}: {row['seconds_per_step'] * 1e3:.2f} ms per step "
+              f"({q['q1'] * 1e3:.2f}-{q['q3'] * 1e3:.2f}), "
               f"{row['operator_calls_per_step']:.0f} operator calls ({row['aten_calls_per_step']:.0f} ATen calls), "
               f"{row['gb_per_s']:.1f} GB/s, {row['gflop_per_s']:.1f} GFLOP/s")
         for op in row["heaviest_ops"]:

@@ -141,6 +141,9 @@ def test_measure_generation_takes_each_steps_median_over_alternating_rounds(monk
     result = measure_generation(torch.nn.Linear(2, 3), tokens[:, :1], 2, rounds=3, progress=False)
     assert (result["rounds"], result["prompt_length"], result["parameters"]) == (3, 1, 9)
     assert result["seconds_per_step"] == {"cached": [1.5, 2.0], "uncached": [11.0, 21.0]}
+    # every round kept whole, so that ratios can be taken within a round
+    assert result["seconds_per_round"] == {"cached": [[1.0, 2.0], [9.0, 2.5], [1.5, 1.0]],
+                                           "uncached": [[10.0, 20.0], [11.0, 90.0], [12.0, 21.0]]}
 
 
 def test_measure_generation_refuses_runs_that_generate_different_tokens(monkeypatch):

@@ -44,3 +44,20 @@ def test_cpu_work_on_a_cuda_machine_does_not_start_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
     benchmark.synchronize()
+
+
+def test_a_rate_spread_swaps_the_time_quartiles():
+    # times 1, 2, 4, 8, 16 s of 16 units: the slowest quarter is the lowest rate
+    seconds = [2.0, 16.0, 1.0, 8.0, 4.0]
+    rates = benchmark.rate_spread(16.0, seconds)
+    times = benchmark.spread(seconds)
+    assert rates == {"median": 16.0 / times["median"], "q1": 16.0 / times["q3"], "q3": 16.0 / times["q1"]}
+    assert rates["q1"] < rates["median"] < rates["q3"]
+    with pytest.raises(ValueError, match="amount must be positive, got 0"):
+        benchmark.rate_spread(0, seconds)
+
+
+def test_the_load_average_names_its_windows_and_the_cores():
+    load = benchmark.load_average()
+    assert set(load) == {"cores", "1 min", "5 min", "15 min"}
+    assert load["cores"] >= 1 and all(load[k] >= 0 for k in ("1 min", "5 min", "15 min"))

@@ -4,9 +4,9 @@ Nothing in the chapters' modules times or measures itself; these functions wrap 
 in `attention_book.measure.memory`, which also runs as a command in a fresh process.
 """
 
-from .benchmark import (bandwidth_fit, interleaved_medians, interleaved_times, load_result, machine,
-                        measure_generation, round_ratios, save_result, spread, time_steps)
+from .benchmark import (bandwidth_fit, interleaved_medians, interleaved_times, load_average, load_result,
+                        machine, measure_generation, rate_spread, round_ratios, save_result, spread, time_steps)
 from .flops import attention_tflops
 
-__all__ = ["attention_tflops", "bandwidth_fit", "interleaved_medians", "interleaved_times", "load_result", "machine",
-           "measure_generation", "round_ratios", "save_result", "spread", "time_steps"]
+__all__ = ["attention_tflops", "bandwidth_fit", "interleaved_medians", "interleaved_times", "load_average", "load_result",
+           "machine", "measure_generation", "rate_spread", "round_ratios", "save_result", "spread", "time_steps"]

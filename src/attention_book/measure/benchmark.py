@@ -4,6 +4,7 @@ The teaching code knows nothing of this module: it times functions and generatio
 """
 
 import json
+import os
 import platform
 import statistics
 from importlib import resources
@@ -20,6 +21,15 @@ def machine() -> dict:
     """What a stored measurement was taken on."""
     return {"processor": platform.processor() or platform.machine(), "python": platform.python_version(),
             "torch": torch.__version__.split("+")[0], "threads": torch.get_num_threads()}
+
+
+def load_average() -> dict:
+    """The machine's load (runnable processes, averaged over 1, 5 and 15
+    minutes) and its core count: stored beside a timing taken on a shared
+    machine (chapters 7, 8)."""
+    one, five, fifteen = os.getloadavg()
+    return {"cores": os.cpu_count(), "1 min": one, "5 min": five,
+            "15 min": fifteen}
 
 
 def synchronize() -> None:
@@ -44,8 +54,9 @@ def measure_generation(model, prompt: torch.Tensor, max_new_tokens: int, rounds:
     """Generate greedily with and without the KV cache, `rounds` times each in turn; seconds per step (chapter 7).
 
     Each step of chapter 7's `generate_steps` is timed from outside. Each step's time is its median over
-    the rounds (its lowest and highest are kept too): alternating the runs spreads the machine's slow moments over both, and the median drops
-    them. Every run must produce the same tokens, otherwise the timings would compare different work.
+    the rounds (its lowest and highest are kept too, and every round's times, so that ratios can be taken
+    within a round): alternating the runs spreads the machine's slow moments over both, and the median
+    drops them. Every run must produce the same tokens, otherwise the timings would compare different work.
     """
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
@@ -64,7 +75,7 @@ def measure_generation(model, prompt: torch.Tensor, max_new_tokens: int, rounds:
     highest = {mode: [max(step) for step in zip(*times, strict=True)] for mode, times in runs.items()}
     return {"machine": machine(), "prompt_length": prompt.shape[-1], "rounds": rounds,
             "parameters": sum(p.numel() for p in model.parameters()), "seconds_per_step": medians,
-            "lowest_per_step": lowest, "highest_per_step": highest}
+            "lowest_per_step": lowest, "highest_per_step": highest, "seconds_per_round": runs}
 
 
 def save_result(result: dict, name: str, folder) -> None:
@@ -134,3 +145,14 @@ def spread(seconds: list[float]) -> dict:
     """The median of repeated timings and their quartiles, the range half of them fall in (chapters 7, 8)."""
     q1, median, q3 = statistics.quantiles(seconds, n=4, method="inclusive")
     return {"median": median, "q1": q1, "q3": q3}
+
+
+def rate_spread(amount: float, seconds: list[float]) -> dict:
+    """The rate `amount` / time of repeated timings: median and quartiles,
+    q1 <= median <= q3 (chapters 7, 8). The slowest quarter of the times
+    gives the lowest quarter of the rates, so the time quartiles swap."""
+    if not amount > 0:
+        raise ValueError(f"amount must be positive, got {amount!r}")
+    timed = spread(seconds)
+    return {"median": amount / timed["median"], "q1": amount / timed["q3"],
+            "q3": amount / timed["q1"]}

@@ -12,12 +12,13 @@ from torch.profiler import ProfilerActivity, profile
 
 from ..attention import validate_positive
 from ..decoder import Decoder, generate_steps
-from .benchmark import interleaved_medians, time_steps
+from .benchmark import interleaved_times, rate_spread, spread, time_steps
 
 
 def decode_step_profile(model: Decoder, context: int, batch: int, steps: int = 24) -> dict:
     """Cached decode steps of `batch` sequences after a prompt of `context` tokens: the median step's
-    seconds, operator calls per step, the heaviest operators, and bytes and FLOPs per step (chapter 7)."""
+    seconds with the quartiles over the steps, operator calls per step, the heaviest operators, and bytes
+    and FLOPs per step (chapter 7)."""
     generator = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, model.config.vocab_size, (batch, context), generator=generator)  # (B, T0)
     timed = generate_steps(model, prompt, steps + 1)
@@ -34,6 +35,7 @@ def decode_step_profile(model: Decoder, context: int, batch: int, steps: int = 2
     step = statistics.median(seconds)
     work = decode_step_work(model, context + steps // 2, batch)
     return {"context": context, "batch": batch, "steps": steps, "seconds_per_step": step,
+            "seconds_spread": spread(seconds),
             "operator_calls_per_step": len(top_level) / steps, "aten_calls_per_step": len(events) / steps,
             "heaviest_ops": [{"name": a.key, "calls_per_step": a.count / steps,
                               "self_ms_per_step": a.self_cpu_time_total / 1e3 / steps} for a in heaviest],
@@ -69,16 +71,19 @@ def cached_numbers(config) -> int:
     return 2 * (config.num_kv_heads or config.num_heads) * (config.embed_dim // config.num_heads)
 
 
-def matmul_throughput(size: int = 1024, repeats: int = 5) -> float:
-    """GFLOP/s of a large float32 matrix product on this machine: a ceiling for arithmetic."""
+def matmul_throughput(size: int = 1024, repeats: int = 9) -> dict:
+    """GFLOP/s of a large float32 matrix product on this machine, a ceiling for arithmetic: median and
+    quartiles over `repeats` timings."""
     a, b = torch.ones(size, size), torch.ones(size, size)
-    seconds = interleaved_medians({"matmul": partial(torch.matmul, a, b)}, repeats, progress=False)["matmul"]
-    return 2 * size**3 / seconds / 1e9
+    seconds = interleaved_times({"matmul": partial(torch.matmul, a, b)}, repeats, progress=False)["matmul"]
+    return rate_spread(2 * size**3 / 1e9, seconds)
 
 
-def copy_bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
-    """GB/s this machine reads and writes copying a large float32 tensor: a ceiling for memory traffic."""
+def copy_bandwidth(megabytes: int = 256, repeats: int = 9) -> dict:
+    """GB/s this machine moves copying a large float32 tensor, every byte counted twice (read once, written
+    once), a ceiling for memory traffic: median and quartiles over `repeats` timings. A stream that only
+    reads moves half of these bytes per copied byte, so compare reads with half of it (chapter 7)."""
     source = torch.ones(megabytes * 2**20 // 4)
     target = torch.empty_like(source)
-    seconds = interleaved_medians({"copy": partial(target.copy_, source)}, repeats, progress=False)["copy"]
-    return 2 * source.nbytes / seconds / 1e9  # read once, write once
+    seconds = interleaved_times({"copy": partial(target.copy_, source)}, repeats, progress=False)["copy"]
+    return rate_spread(2 * source.nbytes / 1e9, seconds)  # read once, write once
