@@ -74,12 +74,13 @@ def _named(datasets, group="multi_head_attention"):
     return named
 
 
-def _no_mask_forward(datasets, tokens):
-    """Chapter 6's decoder without its causal mask (a wrong answer)."""
-    from attention_book.course.checks.ch06 import attention_layer, read_out
+def _port_without_transposes(weights):
+    """Chapter 6's port with the Dense kernel copied as it is, (E, V) (a wrong answer)."""
+    from attention_book.keras_decoder import torch_from_keras_map
 
-    w = _named(datasets)
-    return read_out(w, attention_layer(w, w["embedding"][tokens], causal=False))
+    state = torch_from_keras_map(weights)
+    state["dense.weight"] = weights["dense_kernel"]
+    return state
 
 
 def _two_layers_with(datasets, tokens, group):
@@ -164,8 +165,11 @@ WRONG = {
     "ch5.padded_causal_mask": (lambda lengths, T, left: torch.ones(T, T, dtype=torch.bool).tril()
                                & (torch.arange(T) < lengths[:, None])[:, None, :],
                                r"with left padding the padding sits at the left"),
-    "ch5.prefix_by_hand": (lambda x, W_q, W_k, W_v: torch.softmax((x @ W_q) @ (x @ W_k).T / W_q.shape[1] ** 0.5, -1)
-                           @ (x @ W_v), r"position 0 attended to every position"),
+    "ch5.attention_dropout": (lambda q, k, v, keep, p: (torch.softmax((q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5)
+                                                              .masked_fill(~torch.ones(q.shape[-2], q.shape[-2],
+                                                                                       dtype=torch.bool).tril(),
+                                                                           float("-inf")), -1) * keep) @ v,
+                              r"the kept weights must be divided by 1 - p"),
     "ch5.packed_mask": (lambda document: torch.ones(len(document), len(document), dtype=torch.bool).tril(),
                         r"query \d+ \(document \d+\) may see key \d+ of document \d+"),
     "ch9.merge_partials": (lambda m_a, l_a, acc_a, m_b, l_b, acc_b: (torch.maximum(m_a, m_b), l_a + l_b, acc_a + acc_b),
@@ -184,8 +188,9 @@ WRONG = {
         r"dZ = P ∘ dP misses the softmax's Jacobian"),
     "ch4.padding_mask": (lambda lengths, S: torch.arange(S) <= lengths[:, None],
                          r"sequence \d+ has length \d+: your mask lets queries see padded position \d+"),
-    "ch6.forward_from_h5": (lambda datasets, tokens: _no_mask_forward(datasets, tokens),
-                            r"position 0 attends to later tokens: the decoder is causal"),
+    "ch6.torch_port": (lambda weights: _port_without_transposes(weights),
+                       r"dense.weight has shape \(\d, \d\), the module holds \(\d, \d\): nn.Linear stores its "
+                       r"weight as \(out, in\)|dense.weight is not transposed"),
     "ch6.padded": (lambda weights, tokens: decoder_forward(weights, tokens),
                    r"\(left padding\): the real tokens read the padding keys"),
     "ch6.two_layers": (lambda datasets, tokens: _two_layers_with(datasets, tokens, "multi_head_attention"),

@@ -165,7 +165,7 @@ def graded(tmp_path_factory):
     return results, scores, forged, received
 
 
-EXERCISES = ["ch5.offset_causal_mask", "ch5.padded_causal_mask", "ch5.prefix_by_hand", "ch5.packed_mask"]
+EXERCISES = ["ch5.offset_causal_mask", "ch5.padded_causal_mask", "ch5.attention_dropout", "ch5.packed_mask"]
 
 
 @pytest.mark.parametrize("student", sorted(EXPECTED))
@@ -213,7 +213,7 @@ def test_a_notebook_without_the_function_or_readable_json_scores_zero(tmp_path):
     (tmp_path / "07_kv_cache.ipynb").write_text("{not json")
     assert [r.message for r in grading.grade_notebook(tmp_path / CHAPTER)] == [
         f"no code cell defines {function}()" for function in ("offset_causal_mask_by_hand", "padded_causal_mask_by_hand",
-                                                              "sequential_attention_by_hand", "packed_mask_by_hand")]
+                                                              "dropped_attention_by_hand", "packed_mask_by_hand")]
     broken = grading.grade_notebook(tmp_path / "07_kv_cache.ipynb")
     assert broken and all(not r.passed and r.message.startswith("the notebook cannot be read") for r in broken)
     assert grading.chapter_exercises("notes.ipynb") == []
@@ -323,17 +323,14 @@ CALLS_THE_REFERENCE = {
                               "    positions = torch.arange(T)\n"
                               "    real = positions >= T - lengths[:, None] if left_padded else positions < lengths[:, None]\n"
                               "    return ab.causal_mask(T) & real[:, None, :]\n",
-    "ch5.prefix_by_hand": "import attention_book as ab\n\n\ndef sequential_attention_by_hand(x, W_q, W_k, W_v):\n"
-                          "    return ab.scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_v, ab.causal_mask(len(x)))[0]\n",
+    "ch5.attention_dropout": "import attention_book as ab\n\n\ndef dropped_attention_by_hand(q, k, v, keep, p):\n"
+                             "    weights = ab.scaled_dot_product_attention(q, k, v, ab.causal_mask(q.shape[-2]))[1]\n"
+                             "    return (weights * keep / (1 - p)) @ v\n",
     "ch5.packed_mask": "import attention_book as ab\n\n\ndef packed_mask_by_hand(document):\n"
                        "    return ab.causal_mask(len(document)) & (document[:, None] == document[None, :])\n",
-    "ch6.forward_from_h5": "from attention_book.keras_decoder import KerasDecoderConfig, decoder_forward, keras_weight_map\n\n\n"
-                           "def forward_from_h5(datasets, tokens):\n"
-                           "    V, E = datasets['layers/embedding/vars/0'].shape\n"
-                           "    _, H, K = datasets['layers/multi_head_attention/query_dense/vars/0'].shape\n"
-                           "    config = KerasDecoderConfig(vocab_size=V, embed_dim=E, num_heads=H, key_dim=K)\n"
-                           "    weights = {n: datasets[p] for n, (p, _) in keras_weight_map(config).items()}\n"
-                           "    return decoder_forward(weights, tokens)\n",
+    "ch6.torch_port": "from attention_book.keras_decoder import torch_from_keras_map\n\n\n"
+                      "def torch_state_by_hand(weights):\n"
+                      "    return torch_from_keras_map(weights)\n",
     "ch6.two_layers": "import numpy as np\n\nfrom attention_book.keras_decoder import attend, project, softmax\n\n\n"
                       "def two_layer_forward(datasets, tokens):\n"
                       "    def layer(x, g):\n"

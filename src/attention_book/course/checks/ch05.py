@@ -67,25 +67,38 @@ def check_padded_causal_mask(padded_causal_mask_by_hand, seed: int = 0) -> str |
     return None
 
 
-def check_prefix_by_hand(sequential_attention_by_hand, seed: int = 0) -> str | None:
-    """Chapter 5: causal attention computed prefix by prefix, without a mask: position t's output from
-    x[: t + 1] alone -> (T, d_v), equal to the masked parallel pass."""
+def check_attention_dropout(dropped_attention_by_hand, seed: int = 0) -> str | None:
+    """Chapter 5: causal attention with dropout on its weights, the pattern given: q, k, v (B, H, T, d),
+    keep (B, H, T, T) and p -> (B, H, T, d), the kept weights divided by 1 - p, rows not renormalised."""
     for case in range(CASES):
         gen = case_generator(seed, case)
-        T, E, d_k, d_v = sizes(gen, 4, 6)
+        B, H, T, d = sizes(gen, 4, 5)
         T += 1
-        x = torch.randn(T, E, generator=gen)
-        W_q, W_k, W_v = (torch.randn(E, d, generator=gen) for d in (d_k, d_k, d_v))
-        got = sequential_attention_by_hand(x, W_q, W_k, W_v)
-        q, k, v = x @ W_q, x @ W_k, x @ W_v
-        expected, _ = scaled_dot_product_attention(q, k, v, causal_mask(T))
+        q, k, v = (torch.randn(B, H, T, d, generator=gen) for _ in range(3))
+        p = float(torch.rand((), generator=gen)) * 0.6 + 0.2
+        keep = torch.rand(B, H, T, T, generator=gen) >= p  # the pattern nn.Dropout(p) would draw
+        got = dropped_attention_by_hand(q, k, v, keep.clone(), p)
+        if problem := shape_problem(got, (B, H, T, d), "the output"):
+            return problem
+        mask = causal_mask(T)
+        weights = scaled_dot_product_attention(q, k, v, mask)[1]  # (B, H, T, T)
+        expected = (weights * keep / (1 - p)) @ v
         if matches(got, expected):
             continue
-        if matches(got, scaled_dot_product_attention(q, k, v)[0]):
-            return "position 0 attended to every position: its output must come from x[:1] alone"
-        if matches(got, scaled_dot_product_attention(q, k, v, causal_mask(T) & ~torch.eye(T, dtype=torch.bool))[0]):
-            return "each position must see itself too: the prefix x[: t + 1] ends at t"
-        return value_problem(got, expected, f"with T={T}, the output") or "wrong output"
+        if matches(got, (weights * keep) @ v):
+            return f"p={p:.2f}: the kept weights must be divided by 1 - p, as nn.Dropout does in training"
+        if torch.as_tensor(got).isnan().any():
+            return "your output has NaN: a row whose kept weights sum to 0 divided by that sum; dropout " \
+                   "does not renormalise the rows, so such a row gives a zero output"
+        kept = weights * keep
+        if matches(got, (kept / kept.sum(-1, keepdim=True).clamp(min=1e-30)) @ v):
+            return "dropout does not renormalise the rows: after it they no longer sum to 1"
+        if matches(got, (scaled_dot_product_attention(q, k, v, mask & keep)[1] / (1 - p)) @ v) or \
+                matches(got, scaled_dot_product_attention(q, k, v, mask & keep)[0]):
+            return "you dropped scores before the softmax; nn.Dropout acts on the weights after it"
+        if matches(got, (scaled_dot_product_attention(q, k, v)[1] * keep / (1 - p)) @ v):
+            return "the weights are not causal: query i must not see keys after i"
+        return value_problem(got, expected, f"with p={p:.2f}, the output") or "wrong output"
     return None
 
 
@@ -124,8 +137,9 @@ CHECKS: dict[str, Check] = {
           forbidden=("attention_book.causal.causal_mask", "attention_book.causal.position_mask")),
     "ch5.padded_causal_mask": Check(check_padded_causal_mask, "padded_causal_mask_by_hand",
           forbidden=("attention_book.causal.causal_mask", "attention_book.causal.position_mask")),
-    "ch5.prefix_by_hand": Check(check_prefix_by_hand, "sequential_attention_by_hand",
-          forbidden=("attention_book.causal.causal_mask",)),
+    "ch5.attention_dropout": Check(check_attention_dropout, "dropped_attention_by_hand",
+          forbidden=("attention_book.attention.scaled_dot_product_attention",
+                     "torch.nn.functional.scaled_dot_product_attention")),
     "ch5.packed_mask": Check(check_packed_mask, "packed_mask_by_hand",
           forbidden=("attention_book.causal.causal_mask", "attention_book.causal.position_mask")),
 }

@@ -50,35 +50,66 @@ def read_out(w: dict, x: np.ndarray) -> np.ndarray:
     return softmax(x @ w["dense_kernel"] + w["dense_bias"])  # (B, T, V)
 
 
-def forward_problem(got, w: dict, tokens: np.ndarray, expected: np.ndarray) -> str | None:
-    """None if `got` is the decoder's output; else what went wrong, diagnosed."""
-    got = np.asarray(got)
-    if problem := shape_problem(got, expected.shape, "the probabilities"):
-        return problem + " (B, T, V)"
-    if np.allclose(got, expected, atol=1e-6):
-        return None
-    x = w["embedding"][tokens]
-    if np.allclose(got, read_out(w, attention_layer(w, x, causal=False)), atol=1e-6):
-        return "position 0 attends to later tokens: the decoder is causal (use_causal_mask=True)"
-    if np.allclose(got, read_out(w, attention_layer(w, x, scaled=False)), atol=1e-6):
-        return "the scores are not divided by √d_k (Keras's key_dim)"
-    wrong = np.argwhere(~np.isclose(got, expected, atol=1e-6))[0]
-    return f"probabilities{list(int(i) for i in wrong)} are {got[tuple(wrong)]:.4f}, " \
-           f"expected {expected[tuple(wrong)]:.4f}"
+def port_problem(name: str, got: np.ndarray, w: dict, expected: np.ndarray) -> str:
+    """What is wrong with the array `got` given for the PyTorch parameter `name`, diagnosed."""
+    kernels = {"q_proj": "query_kernel", "k_proj": "key_kernel", "v_proj": "value_kernel"}
+    layer = name.split(".")[-2]
+    if name.endswith("weight") and got.shape == expected.shape[::-1] and np.allclose(got, expected.T):
+        return f"{name} is not transposed: nn.Linear stores its weight as (out, in)"
+    if layer in kernels and name.endswith("weight"):
+        kernel = w[kernels[layer]]  # (E, H, d_k)
+        by_feature = kernel.transpose(0, 2, 1).reshape(kernel.shape[0], -1).T  # heads interleaved
+        if got.shape == by_feature.shape and np.allclose(got, by_feature):
+            return f"{name}: the heads are interleaved; flatten (E, H, d_k) as it is, so that head 0's d_k " \
+                   "columns come first, as split_heads cuts them"
+    if layer == "out_proj" and name.endswith("weight"):
+        kernel = w["output_kernel"]  # (H, d_k, E)
+        by_feature = kernel.transpose(1, 0, 2).reshape(-1, kernel.shape[-1]).T
+        if got.shape == by_feature.shape and np.allclose(got, by_feature):
+            return f"{name}: the heads are interleaved; flatten (H, d_k, E) to (H·d_k, E) as it is, then transpose"
+    return f"{name} holds other values than the Keras arrays give it"
 
 
-def check_forward_from_h5(forward_from_h5, seed: int = 0) -> str | None:
-    """Chapter 6: the datasets of a `.weights.h5` file {path: array} and tokens (B, T) -> the decoder's
-    probabilities (B, T, V), the embedding, one causal MultiHeadAttention and the softmax Dense layer."""
-    rng = np.random.default_rng([seed, 6])
+def check_torch_port(torch_state_by_hand, seed: int = 0) -> str | None:
+    """Chapter 6: the decoder's named Keras arrays -> {PyTorch parameter name: array} for
+    `TorchKerasDecoder`; loaded into the module, it must give the Keras decoder's probabilities."""
+    import torch
+
+    from ...keras_decoder import TorchKerasDecoder, torch_from_keras_map
+
+    rng = np.random.default_rng([seed, 61])
     for _ in range(CASES):
         config = random_config(rng)
-        named, datasets = random_decoder(rng, config)
+        named, _ = random_decoder(rng, config)
+        module = TorchKerasDecoder(config)
+        shapes = {name: tuple(t.shape) for name, t in module.state_dict().items()}
+        got = torch_state_by_hand({name: array.copy() for name, array in named.items()})
+        if not isinstance(got, dict):
+            return f"return a dict {{PyTorch parameter name: array}}, not {type(got).__name__}"
+        if missing := [name for name in shapes if name not in got]:
+            return f"no array for {missing[0]}; TorchKerasDecoder's parameters are {', '.join(shapes)}"
+        if extra := [name for name in got if name not in shapes]:
+            return f"{extra[0]} is not a parameter of TorchKerasDecoder ({', '.join(shapes)})"
+        sizes = f"with E={config.embed_dim}, H={config.num_heads}, d_k={config.key_dim}, V={config.vocab_size}"
+        got = {name: np.asarray(array, dtype=np.float64) for name, array in got.items()}
+        reference = torch_from_keras_map(named)
+        for name, shape in shapes.items():
+            if got[name].shape != shape:
+                if got[name].shape == shape[::-1]:
+                    return f"{sizes}: {name} has shape {got[name].shape}, the module holds {shape}: " \
+                           "nn.Linear stores its weight as (out, in)"
+                return f"{sizes}: {name} has shape {got[name].shape}, the module holds {shape}"
+        module.load_state_dict({name: torch.as_tensor(array, dtype=torch.float32) for name, array in got.items()})
         B, T = (int(n) for n in rng.integers(1, 5, size=2))
-        tokens = rng.integers(0, config.vocab_size, size=(B, T + 1))
-        got = forward_from_h5(dict(datasets), tokens.copy())
-        if problem := forward_problem(got, named, tokens, decoder_forward(named, tokens)):
-            return f"with E={config.embed_dim}, H={config.num_heads}, d_k={config.key_dim}: {problem}"
+        tokens = rng.integers(0, config.vocab_size, size=(B, T))
+        with torch.no_grad():
+            probabilities = module(torch.from_numpy(tokens)).double().numpy()  # (B, T, V)
+        if np.allclose(probabilities, decoder_forward(named, tokens), atol=1e-5):
+            continue
+        for name in shapes:
+            if not np.allclose(got[name], reference[name], atol=1e-6):
+                return f"{sizes}: {port_problem(name, got[name], named, reference[name])}"
+        return f"{sizes}: the loaded module's probabilities differ from the Keras decoder's"
     return None
 
 
@@ -191,9 +222,9 @@ def check_two_layers(two_layer_forward, seed: int = 0) -> str | None:
 
 
 CHECKS: dict[str, Check] = {
-    "ch6.forward_from_h5": Check(check_forward_from_h5, "forward_from_h5",
-          forbidden=("attention_book.keras_decoder.decoder_forward", "attention_book.keras_decoder.attend",
-                     "attention_book.keras_decoder.project")),
+    "ch6.torch_port": Check(check_torch_port, "torch_state_by_hand",
+          forbidden=("attention_book.keras_decoder.torch_from_keras_map", "attention_book.multihead.keras_attention_map",
+                     "attention_book.keras_decoder.TorchKerasDecoder.from_keras")),
     "ch6.padded": Check(check_padded, "padded_forward",
           forbidden=("attention_book.keras_decoder.decoder_forward", "attention_book.keras_decoder.attend")),
     "ch6.two_layers": Check(check_two_layers, "two_layer_forward",
