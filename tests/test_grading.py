@@ -426,11 +426,12 @@ CALLS_THE_REFERENCE.update({
 
 
 def test_every_forbidden_reference_would_pass_if_allowed(monkeypatch):
-    """Not vacuous: called in the kernel, without the sandbox, each of these answers passes its check (the
-    method's measure aside: a reference that reads all of x at once is not "in blocks" either)."""
+    """Not vacuous: called in the kernel, without the sandbox and with nothing forbidden (the kernel's
+    check() forbids the same as the grader), each of these answers passes its check (the method's measure
+    aside: a reference that reads all of x at once is not "in blocks" either)."""
     assert set(CALLS_THE_REFERENCE) == {name for name, entry in checks.CHECKS.items() if entry.forbidden}
     for name, entry in list(checks.CHECKS.items()):
-        monkeypatch.setitem(checks.CHECKS, name, dataclasses.replace(entry, largest=None))
+        monkeypatch.setitem(checks.CHECKS, name, dataclasses.replace(entry, largest=None, forbidden=()))
     for name, source in CALLS_THE_REFERENCE.items():
         namespace = {}
         exec(compile(source, name, "exec"), namespace)  # noqa: S102 - the test's own cheats
