@@ -198,6 +198,45 @@ def test_without_namespaces_the_worker_is_still_not_the_graders_child(monkeypatc
         assert child.call() not in (os.getpid(), 0)
 
 
+WRITER = ("import os\n\n\ndef write(files, mb):\n    for i in range(files):\n"
+          "        with open(f'big{i}', 'wb') as f:\n            f.write(b'x' * (mb << 20))\n"
+          "            f.flush()\n            os.fsync(f.fileno())\n    return os.getcwd()\n")
+
+
+def test_weak_mode_bounds_the_scratch_folder(monkeypatch):
+    """--weak: the scratch folder is a plain folder on disk, so the grader measures it. Files adding up past
+    SCRATCH_MB stop the notebook with the reason, and the folder is deleted with it."""
+    monkeypatch.setattr(sandbox, "SCRATCH_MB", 8)
+    with sandbox.Sandbox(timeout=30, weak=True) as child:
+        scratch = child.scratch
+        child.define(WRITER, "write")
+        assert child.call(1, 1) == scratch  # 1 MB: within the bound, the answer counts
+        with pytest.raises(sandbox.SandboxEnded, match="more than the 8 MB its scratch folder may hold"):
+            child.call(4, 3)  # 12 MB in files of 3 MB: each within RLIMIT_FSIZE, together past the bound
+    assert not os.path.exists(scratch)
+
+
+def test_weak_mode_refuses_one_file_larger_than_the_scratch_folder(monkeypatch):
+    """One large file: RLIMIT_FSIZE (the scratch folder's size) makes the write fail inside the submission,
+    the file stops at the bound."""
+    monkeypatch.setattr(sandbox, "SCRATCH_MB", 8)
+    source = ("import os\n\n\ndef write(mb):\n    try:\n        with open('big', 'wb') as f:\n"
+              "            f.write(b'x' * (mb << 20))\n    except OSError as error:\n"
+              "        return [str(error), os.path.getsize('big')]\n    return ['written', os.path.getsize('big')]\n")
+    with sandbox.Sandbox(timeout=30, weak=True) as child:
+        child.define(source, "write")
+        assert child.call(7) == ["written", 7 << 20]
+        assert child.call(9) == ["[Errno 27] File too large", 8 << 20]
+
+
+def test_weak_mode_bounds_the_number_of_scratch_files(monkeypatch):
+    monkeypatch.setattr(sandbox, "SCRATCH_FILES", 50)
+    with sandbox.Sandbox(timeout=30, weak=True) as child:
+        child.define("def many():\n    for i in range(100):\n        open(f'f{i}', 'w').close()\n", "many")
+        with pytest.raises(sandbox.SandboxEnded, match="more than the 50 files"):
+            child.call()
+
+
 def test_everyone_is_graded_and_nothing_leaks(graded):
     results, scores, forged, received = graded
     assert set(scores) == {"honest", "stub", *CHEATS, *REFUSED}, "a submission stopped the grading of others"

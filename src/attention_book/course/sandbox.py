@@ -17,7 +17,10 @@ and stops the notebook above its bound.
 
 Without bwrap or user namespaces (macOS, containers whose seccomp profile forbids them) the grader
 refuses to grade unless the teacher asks for the weak mode (`--weak`): the child then runs in a session
-of its own, with the same limits, but can read and write what the teacher can and use the network. Every
+of its own, with the same limits, but can read and write what the teacher can and use the network; its
+scratch folder is a folder of its own on the teacher's disk, which the grader measures several times a
+second and before it accepts each answer (`scratch_used`; every file is bounded by RLIMIT_FSIZE), stopping
+the notebook above SCRATCH_MB or SCRATCH_FILES, and deletes with the notebook. Every
 process it starts is killed when its notebook is done (its cgroup where one can be made; otherwise the
 grader, a child subreaper, kills every process that was orphaned to it), and grades are written only
 after that.
@@ -43,6 +46,7 @@ SHM_MB = 64  # /dev/shm: a tmpfs of this size (in the sandbox)
 ADDRESS_SPACE = 8  # each process's address space is bounded at this many times the memory (a backstop only)
 PROCESSES = 32  # processes per notebook (the cgroup's pids.max; RLIMIT_NPROC where the kernel applies it)
 FILE_MB = 64  # largest file the child may write
+SCRATCH_FILES = 10_000  # files and folders the scratch folder may hold in the weak mode (counted by the grader)
 MESSAGE_MB = 16  # largest answer the grader reads from the child
 ROOT = Path(__file__).resolve().parents[2]  # the folder that holds the attention_book package
 CHECKS = ROOT / "attention_book" / "course" / "checks"  # the references: never visible to a submission
@@ -317,11 +321,34 @@ def _limits(seconds: float, memory_mb: int, cgroup: "Cgroup | None"):
             cgroup.enter()
         space = (memory_mb * ADDRESS_SPACE) << 20  # torch reserves far more address space than it uses
         resource.setrlimit(resource.RLIMIT_AS, (space, space))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_MB << 20, FILE_MB << 20))
+        file_mb = min(FILE_MB, SCRATCH_MB)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_mb << 20, file_mb << 20))
         cpu = int(seconds) + 5
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     return apply
+
+
+def scratch_used(folder: str, most_files: int = SCRATCH_FILES) -> tuple[int, int]:
+    """(bytes, entries) of everything under `folder`, counting stopped past `most_files` entries
+    (the weak mode's bound on its scratch folder, which is not a tmpfs there)."""
+    used, entries, stack = 0, 0, [folder]
+    while stack and entries <= most_files:
+        try:
+            with os.scandir(stack.pop()) as found:
+                for entry in found:
+                    entries += 1
+                    try:
+                        info = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    # a file by its length (a sparse one as if whole), anything else by its blocks
+                    used += info.st_size if entry.is_file(follow_symlinks=False) else info.st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+        except OSError:
+            continue
+    return used, entries
 
 
 def tree_memory(root: int) -> int:
@@ -487,6 +514,7 @@ class Sandbox:
                 raise self._end("time limit reached")
             if self.budget is not None and tree_memory(self.process.pid) > self.budget:
                 raise self._end(f"it used more than the {self.memory_mb} MB of memory a notebook may use")
+            self._check_scratch()
             if not select.select([stream], [], [], min(left, 0.2))[0]:
                 continue
             chunk = os.read(stream, 1 << 20)
@@ -495,6 +523,7 @@ class Sandbox:
             self.buffer += chunk
             if len(self.buffer) > MESSAGE_MB << 20:
                 raise self._end(f"its answer exceeds {MESSAGE_MB} MB")
+        self._check_scratch()  # what the answer's code wrote, before the answer counts
         line, self.buffer = self.buffer.split(b"\n", 1)
         if self.buffer:  # the worker answers once per request and then waits: more is a forgery
             raise self._end("it answered out of turn (forged answers on the grader's channel)")
@@ -505,6 +534,16 @@ class Sandbox:
         if not isinstance(answer, dict):
             raise self._end("it wrote something that is not an answer")
         return answer
+
+    def _check_scratch(self) -> None:
+        """The weak mode's scratch folder, a plain folder on disk: stop the notebook above its bounds."""
+        if not self.weak:
+            return  # a tmpfs of SCRATCH_MB in the sandbox
+        used, entries = scratch_used(self.scratch)
+        if used > SCRATCH_MB << 20:
+            raise self._end(f"it wrote more than the {SCRATCH_MB} MB its scratch folder may hold")
+        if entries > SCRATCH_FILES:
+            raise self._end(f"it made more than the {SCRATCH_FILES} files its scratch folder may hold")
 
     def _end(self, why: str | None = None) -> SandboxEnded:
         """Stop the child and say why, once; every later call raises the same."""
