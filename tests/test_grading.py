@@ -237,6 +237,54 @@ def test_weak_mode_bounds_the_number_of_scratch_files(monkeypatch):
             child.call()
 
 
+def test_arguments_an_exercise_writes_in_place_come_back_and_no_others():
+    """A cache's buffers written in place (ch7.cached_step's `writes`): what the call left in the named
+    arguments is copied into the grader's tensors; the other arguments stay the grader's own."""
+    source = "def step(new, buffer, other):\n    buffer[0] = new\n    other.zero_()\n    return 1\n"
+    new, buffer, other = torch.ones(3), torch.zeros(2, 3), torch.ones(4)
+    with sandbox.Sandbox(timeout=30, weak=not NAMESPACES) as child:
+        child.define(source, "step")
+        assert child.call(new, buffer, other) == 1 and buffer.sum() == 0  # nothing asked back
+        assert child.call(new, buffer, other, writes=(1,)) == 1
+    assert torch.equal(buffer, torch.stack([torch.ones(3), torch.zeros(3)])) and torch.equal(other, torch.ones(4))
+
+
+def test_the_method_the_spy_sees_is_graded_in_the_sandbox_too():
+    """ch1.embed asks for a one-hot product: its check watches the table (`spy.spy_tensor`); in the
+    sandbox the worker watches it and sends the log back, so the product passes and indexing fails there as
+    in the kernel (before, the sandbox saw a plain tensor and failed the honest product)."""
+    product = ("import torch\n\n\ndef embed_by_hand(ids, table):\n"
+               "    one_hot = (ids[:, None] == torch.arange(table.shape[0])).to(table.dtype)\n    return one_hot @ table\n")
+    indexing = "def embed_by_hand(ids, table):\n    return table[ids]\n"
+    verdicts = []
+    for source in (product, indexing):
+        with sandbox.Sandbox(timeout=60, weak=not NAMESPACES) as child:
+            child.exercise(source, "embed_by_hand", checks.CHECKS["ch1.embed"].forbidden)
+            verdicts.append(checks.evaluate("ch1.embed", None, seed=3, call=grading._SandboxCall(child)))
+    assert verdicts[0].passed, verdicts[0].message
+    assert not verdicts[1].passed and verdicts[1].message.startswith("right rows, but read by indexing")
+
+
+def test_the_chapters_in_place_cache_step_passes_in_the_sandbox_with_its_writes(monkeypatch):
+    """ch7.cached_step writes the new key and value into the caller's buffers (arguments 3 and 4). With
+    `writes=(3, 4)` in its entry the grader copies them back and the chapter's own solution passes in the
+    sandbox; without, the check sees untouched buffers. (The entry in checks/ch07.py needs the field.)"""
+    from attention_book.course.export import graded_exercises
+
+    solution = next(e["solution"] for path in NOTEBOOKS for e in graded_exercises(nbformat.read(path, as_version=4))
+                    if e["name"] == "ch7.cached_step")
+    entry = checks.CHECKS["ch7.cached_step"]
+    monkeypatch.setitem(checks.CHECKS, "ch7.cached_step", dataclasses.replace(entry, writes=(3, 4)))
+    with sandbox.Sandbox(timeout=60, weak=not NAMESPACES) as child:
+        child.exercise(solution, entry.function, entry.forbidden)
+        verdict = checks.evaluate("ch7.cached_step", None, seed=5, call=grading._SandboxCall(child, (3, 4)))
+        assert verdict.passed, verdict.message
+        child.finish()
+        child.exercise(solution, entry.function, entry.forbidden)
+        verdict = checks.evaluate("ch7.cached_step", None, seed=5, call=grading._SandboxCall(child))
+        assert not verdict.passed and "does not hold the new key and value" in verdict.message
+
+
 def test_everyone_is_graded_and_nothing_leaks(graded):
     results, scores, forged, received = graded
     assert set(scores) == {"honest", "stub", *CHEATS, *REFUSED}, "a submission stopped the grading of others"

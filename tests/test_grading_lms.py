@@ -54,7 +54,7 @@ def test_gradescope_csv_has_the_roster_columns_and_the_score(tmp_path):
     assert sorted(p.name for p in out.glob("gradescope_ch*.csv")) == ["gradescope_ch12.csv", "gradescope_ch5.csv"]
     header, *rows = _read(out / "gradescope_ch5.csv")
     assert set(GRADESCOPE_REQUIRED + GRADESCOPE_OPTIONAL) <= set(header) and header[-1] == "Total Score"
-    table = {row[header.index("Name")]: dict(zip(header, row)) for row in rows}
+    table = {row[header.index("Name")]: dict(zip(header, row, strict=True)) for row in rows}
     assert sorted(table) == ["ada@uni.edu", "bob"]  # only those who handed chapter 5 in
     assert table["ada@uni.edu"]["Email"] == "ada@uni.edu" and table["ada@uni.edu"]["Total Score"] == "2"
     assert table["bob"]["Email"] == "" and table["bob"]["SID"] == "bob"

@@ -45,6 +45,7 @@ from pathlib import Path
 import nbformat
 
 from .checks import CASES, CHECKS, Result, Stopped, StudentRaised, evaluate
+from .spy import plain, spied
 from .sandbox import (MEMORY_MB, ExerciseEnded, Sandbox, SandboxEnded, SubmissionError, become_subreaper,
                       describe_isolation, kill_children)
 
@@ -115,8 +116,8 @@ def solution_source(cells: list[str], function: str) -> str | None:
 class _SandboxCall:
     """The student's function as the checks see it: each call runs in the sandbox."""
 
-    def __init__(self, sandbox: Sandbox):
-        self.sandbox = sandbox
+    def __init__(self, sandbox: Sandbox, writes: tuple[int, ...] = ()):
+        self.sandbox, self.writes = sandbox, writes
 
     @property
     def largest(self) -> int:
@@ -124,8 +125,13 @@ class _SandboxCall:
         return self.sandbox.largest
 
     def __call__(self, *args):
+        spies = {i: sorted(type(a).spy_flagged) for i, a in enumerate(args) if spied(a)}
         try:
-            return self.sandbox.call(*args)
+            value = self.sandbox.call(*[plain(a) for a in args], writes=self.writes, spies=spies)
+            for index, entries in self.sandbox.spied.items():  # what the worker's spies saw, into the check's logs
+                if index in spies:
+                    type(args[index]).spy_log.extend(entries)
+            return value
         except SubmissionError as error:
             raise StudentRaised(error.name, error.message) from None
         except ExerciseEnded as error:
@@ -197,7 +203,7 @@ def grade_notebook(path: Path, timeout: float = 60, hidden: tuple[Path, ...] = (
             except SubmissionError as error:
                 results.append(Result(name, False, f"your solution cell raised {error.name}: {error.message}"))
                 continue
-            results.append(evaluate(name, None, seed=seed, call=_SandboxCall(sandbox)))
+            results.append(evaluate(name, None, seed=seed, call=_SandboxCall(sandbox, entry.writes)))
             try:
                 sandbox.finish()
             except (SandboxEnded, ExerciseEnded):

@@ -121,6 +121,7 @@ def _lines(fd: int):
 def _serve_exercise(requests, channel, request) -> None:
     """One exercise, in its own process: forbid, define, answer calls until done."""
     from attention_book.course import wire
+    from attention_book.course.spy import plain, spy_tensor
 
     _KEEP.append(Forbidden(request.get("forbidden", [])).__enter__())  # for good: the process ends after
     namespace = {"__name__": "__submission__", "get_ipython": _Shell}
@@ -138,6 +139,11 @@ def _serve_exercise(requests, channel, request) -> None:
             return
         try:
             arguments = wire.decode(request["call"])
+            spied = {}
+            for index, names in dict(request.get("spies", {})).items():  # the arguments the check watches
+                if 0 <= int(index) < len(arguments):
+                    spied[index] = []
+                    arguments[int(index)] = spy_tensor(arguments[int(index)], spied[index], set(names))
             with LargestTensor() as measured:
                 value = function(*arguments)
         except BaseException as error:  # noqa: BLE001
@@ -145,7 +151,13 @@ def _serve_exercise(requests, channel, request) -> None:
             _answer(channel, _raised(error))
             continue
         try:
-            _answer(channel, {"value": wire.encode(value), "largest": measured.largest})
+            answer = {"value": wire.encode(value), "largest": measured.largest}
+            writes = [i for i in request.get("writes", []) if isinstance(i, int) and 0 <= i < len(arguments)]
+            if writes:  # the arguments the exercise asks to change in place, as the call left them
+                answer["written"] = {str(i): wire.encode(plain(arguments[i])) for i in writes}
+            if spied:
+                answer["spied"] = {index: [list(entry) for entry in entries[:10_000]] for index, entries in spied.items()}
+            _answer(channel, answer)
         except (TypeError, ValueError) as error:
             _answer(channel, {"raised": "TypeError", "message": f"your function returned something that cannot be "
                                                                 f"graded: {error}"})
