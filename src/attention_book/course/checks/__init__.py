@@ -6,7 +6,8 @@ holds what they share. A check is one function `check_x(student, seed)` that cal
 inputs drawn from `seed` and returns None when every answer is right, else the first specific problem it
 finds. Its registry entry (`Check`) names the exercise ("chN.name"), the function a solution cell
 defines, and `forbidden`: the dotted names of the package's and the library's versions of what the
-exercise builds, which the grader makes raise inside the submission. The same check gives the
+exercise builds, which the grader makes raise inside the submission, and the notebook's `check()`
+around each call of the student's function (`attention_book.course.forbid`). The same check gives the
 notebook's instant feedback (seed 0, the student's function called in the kernel) and the grade (a
 secret seed, the function called in a sandbox by `attention_book.course.grading`).
 

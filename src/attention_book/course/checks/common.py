@@ -32,20 +32,6 @@ class Check:
     writes: tuple[int, ...] = ()
 
 
-class StudentRaised(Exception):
-    """The student's function raised `name: message` (in the kernel or in the sandbox)."""
-
-    def __init__(self, name: str, message: str):
-        self.name, self.message = name, message
-        super().__init__(f"{name}: {message}")
-
-
-class Stopped(Exception):
-    """Grading of the function cannot go on (its sandbox ended); the message says why."""
-
-
-
-
 def case_generator(seed: int, case: int) -> torch.Generator:
     """The random inputs of one case: seed 0 in the notebooks, a secret one when grading."""
     return torch.Generator().manual_seed(1000 + case + 104_729 * seed)
