@@ -6,7 +6,7 @@ notebook's grading time (from the grader's progress lines) and any exercise that
 goes to src/attention_book/data/grading_class_cpu.json. Run from the repository root, on a machine doing
 nothing else if the number is to be compared with the target (minutes):
 
-    .venv/bin/python benchmarks/grading_class.py [--students 30] [--jobs 2] [--chapters 1 2 ...]
+    .venv/bin/python benchmarks/grading_class.py [--students 30] [--jobs 2] [--chapters 1 2 ...] [--out x.json]
 """
 
 import argparse
@@ -55,6 +55,7 @@ def main() -> None:
     parser.add_argument("--students", type=int, default=30)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--chapters", type=int, nargs="*", help="chapter numbers (default: every chapter)")
+    parser.add_argument("--out", type=Path, default=OUT, help="where the result goes (default: the stored one)")
     args = parser.parse_args()
     chapters = [path for path in sorted((ROOT / "chapters").glob("*.ipynb"))
                 if not args.chapters or int(path.name.split("_")[0]) in args.chapters]
@@ -84,7 +85,7 @@ def main() -> None:
               "seconds_per_notebook": {"median": statistics.median(per_notebook),
                                        "quartiles": statistics.quantiles(per_notebook, n=4)[::2],
                                        "max": max(per_notebook)} if len(per_notebook) > 1 else per_notebook}
-    OUT.write_text(json.dumps(record, indent=1) + "\n")
+    args.out.write_text(json.dumps(record, indent=1) + "\n")
     print(f"{args.students} students × {len(chapters)} chapters: {passed}/{len(rows)} exercises passed in "
           f"{seconds / 60:.1f} min with {args.jobs} jobs (load average {record['machine']['load_average_1min']})")
     for line in failed:
