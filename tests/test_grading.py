@@ -198,6 +198,93 @@ def test_without_namespaces_the_worker_is_still_not_the_graders_child(monkeypatc
         assert child.call() not in (os.getpid(), 0)
 
 
+WRITER = ("import os\n\n\ndef write(files, mb):\n    for i in range(files):\n"
+          "        with open(f'big{i}', 'wb') as f:\n            f.write(b'x' * (mb << 20))\n"
+          "            f.flush()\n            os.fsync(f.fileno())\n    return os.getcwd()\n")
+
+
+def test_weak_mode_bounds_the_scratch_folder(monkeypatch):
+    """--weak: the scratch folder is a plain folder on disk, so the grader measures it. Files adding up past
+    SCRATCH_MB stop the notebook with the reason, and the folder is deleted with it."""
+    monkeypatch.setattr(sandbox, "SCRATCH_MB", 8)
+    with sandbox.Sandbox(timeout=30, weak=True) as child:
+        scratch = child.scratch
+        child.define(WRITER, "write")
+        assert child.call(1, 1) == scratch  # 1 MB: within the bound, the answer counts
+        with pytest.raises(sandbox.SandboxEnded, match="more than the 8 MB its scratch folder may hold"):
+            child.call(4, 3)  # 12 MB in files of 3 MB: each within RLIMIT_FSIZE, together past the bound
+    assert not os.path.exists(scratch)
+
+
+def test_weak_mode_refuses_one_file_larger_than_the_scratch_folder(monkeypatch):
+    """One large file: RLIMIT_FSIZE (the scratch folder's size) makes the write fail inside the submission,
+    the file stops at the bound."""
+    monkeypatch.setattr(sandbox, "SCRATCH_MB", 8)
+    source = ("import os\n\n\ndef write(mb):\n    try:\n        with open('big', 'wb') as f:\n"
+              "            f.write(b'x' * (mb << 20))\n    except OSError as error:\n"
+              "        return [str(error), os.path.getsize('big')]\n    return ['written', os.path.getsize('big')]\n")
+    with sandbox.Sandbox(timeout=30, weak=True) as child:
+        child.define(source, "write")
+        assert child.call(7) == ["written", 7 << 20]
+        assert child.call(9) == ["[Errno 27] File too large", 8 << 20]
+
+
+def test_weak_mode_bounds_the_number_of_scratch_files(monkeypatch):
+    monkeypatch.setattr(sandbox, "SCRATCH_FILES", 50)
+    with sandbox.Sandbox(timeout=30, weak=True) as child:
+        child.define("def many():\n    for i in range(100):\n        open(f'f{i}', 'w').close()\n", "many")
+        with pytest.raises(sandbox.SandboxEnded, match="more than the 50 files"):
+            child.call()
+
+
+def test_arguments_an_exercise_writes_in_place_come_back_and_no_others():
+    """A cache's buffers written in place (ch7.cached_step's `writes`): what the call left in the named
+    arguments is copied into the grader's tensors; the other arguments stay the grader's own."""
+    source = "def step(new, buffer, other):\n    buffer[0] = new\n    other.zero_()\n    return 1\n"
+    new, buffer, other = torch.ones(3), torch.zeros(2, 3), torch.ones(4)
+    with sandbox.Sandbox(timeout=30, weak=not NAMESPACES) as child:
+        child.define(source, "step")
+        assert child.call(new, buffer, other) == 1 and buffer.sum() == 0  # nothing asked back
+        assert child.call(new, buffer, other, writes=(1,)) == 1
+    assert torch.equal(buffer, torch.stack([torch.ones(3), torch.zeros(3)])) and torch.equal(other, torch.ones(4))
+
+
+def test_the_method_the_spy_sees_is_graded_in_the_sandbox_too():
+    """ch1.embed asks for a one-hot product: its check watches the table (`spy.spy_tensor`); in the
+    sandbox the worker watches it and sends the log back, so the product passes and indexing fails there as
+    in the kernel (before, the sandbox saw a plain tensor and failed the honest product)."""
+    product = ("import torch\n\n\ndef embed_by_hand(ids, table):\n"
+               "    one_hot = (ids[:, None] == torch.arange(table.shape[0])).to(table.dtype)\n    return one_hot @ table\n")
+    indexing = "def embed_by_hand(ids, table):\n    return table[ids]\n"
+    verdicts = []
+    for source in (product, indexing):
+        with sandbox.Sandbox(timeout=60, weak=not NAMESPACES) as child:
+            child.exercise(source, "embed_by_hand", checks.CHECKS["ch1.embed"].forbidden)
+            verdicts.append(checks.evaluate("ch1.embed", None, seed=3, call=grading._SandboxCall(child)))
+    assert verdicts[0].passed, verdicts[0].message
+    assert not verdicts[1].passed and verdicts[1].message.startswith("right rows, but read by indexing")
+
+
+def test_the_chapters_in_place_cache_step_passes_in_the_sandbox_with_its_writes(monkeypatch):
+    """ch7.cached_step writes the new key and value into the caller's buffers (arguments 3 and 4). With
+    `writes=(3, 4)` in its entry the grader copies them back and the chapter's own solution passes in the
+    sandbox; without, the check sees untouched buffers. (The entry in checks/ch07.py needs the field.)"""
+    from attention_book.course.export import graded_exercises
+
+    solution = next(e["solution"] for path in NOTEBOOKS for e in graded_exercises(nbformat.read(path, as_version=4))
+                    if e["name"] == "ch7.cached_step")
+    entry = checks.CHECKS["ch7.cached_step"]
+    monkeypatch.setitem(checks.CHECKS, "ch7.cached_step", dataclasses.replace(entry, writes=(3, 4)))
+    with sandbox.Sandbox(timeout=60, weak=not NAMESPACES) as child:
+        child.exercise(solution, entry.function, entry.forbidden)
+        verdict = checks.evaluate("ch7.cached_step", None, seed=5, call=grading._SandboxCall(child, (3, 4)))
+        assert verdict.passed, verdict.message
+        child.finish()
+        child.exercise(solution, entry.function, entry.forbidden)
+        verdict = checks.evaluate("ch7.cached_step", None, seed=5, call=grading._SandboxCall(child))
+        assert not verdict.passed and "does not hold the new key and value" in verdict.message
+
+
 def test_everyone_is_graded_and_nothing_leaks(graded):
     results, scores, forged, received = graded
     assert set(scores) == {"honest", "stub", *CHEATS, *REFUSED}, "a submission stopped the grading of others"
@@ -423,11 +510,12 @@ CALLS_THE_REFERENCE.update({
 
 
 def test_every_forbidden_reference_would_pass_if_allowed(monkeypatch):
-    """Not vacuous: called in the kernel, without the sandbox, each of these answers passes its check (the
-    method's measure aside: a reference that reads all of x at once is not "in blocks" either)."""
+    """Not vacuous: called in the kernel, without the sandbox and with nothing forbidden (the kernel's
+    check() forbids the same as the grader), each of these answers passes its check (the method's measure
+    aside: a reference that reads all of x at once is not "in blocks" either)."""
     assert set(CALLS_THE_REFERENCE) == {name for name, entry in checks.CHECKS.items() if entry.forbidden}
     for name, entry in list(checks.CHECKS.items()):
-        monkeypatch.setitem(checks.CHECKS, name, dataclasses.replace(entry, largest=None))
+        monkeypatch.setitem(checks.CHECKS, name, dataclasses.replace(entry, largest=None, forbidden=()))
     for name, source in CALLS_THE_REFERENCE.items():
         namespace = {}
         exec(compile(source, name, "exec"), namespace)  # noqa: S102 - the test's own cheats

@@ -7,7 +7,8 @@ seed 0: the inputs of every case and the reference's answer to them, stored in
 `attention_book/data/feedback/chN.json` by `python -m attention_book.course feedback` from the chapters'
 own solutions. The replay says which case differs and where; the grader's checks, with their specific
 diagnoses, run where they are installed (a teacher's or the book's checkout) and when grading, on inputs
-no student has seen.
+no student has seen. Both apply the exercise's forbidden list as the grader does (`forbid`): the checks'
+own, or, where they are left out, the one stored in `data/feedback/forbidden.json`.
 """
 
 import json
@@ -19,9 +20,11 @@ import torch
 
 from . import wire
 from .diagnose import name_the_mistake
+from .forbid import forbidding
 from .verdict import Result, not_implemented
 
 FOLDER = Path(__file__).resolve().parents[1] / "data" / "feedback"
+FORBIDDEN = "forbidden.json"  # exercise -> the dotted names its solution may not call
 CASES = 20  # random inputs per check, as checks.common.CASES; some checks add edge cases after them
 
 
@@ -60,9 +63,17 @@ def cases(exercise: str, folder: Path = FOLDER) -> list[dict]:
     return stored[exercise]
 
 
+def stored_forbidden(folder: Path = FOLDER) -> dict[str, list[str]]:
+    """What each exercise forbids, as stored for the students' installation (forbidden.json)."""
+    path = folder / FORBIDDEN
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
 def replay(exercise: str, student_function, folder: Path = FOLDER) -> Result:
-    """`student_function` on every stored case of `exercise`, its answers compared with the reference's."""
+    """`student_function` on every stored case of `exercise`, with the exercise's forbidden functions
+    switched off (as the grader does), its answers compared with the reference's."""
     stored = cases(exercise, folder)
+    student_function = forbidding(student_function, stored_forbidden(folder).get(exercise, ()))
     for number, case in enumerate(stored, 1):
         args = wire.decode(case["args"])
         try:
@@ -151,7 +162,7 @@ def _number(value) -> str:
 
 def record(chapters: Path, out: Path = FOLDER) -> list[Path]:
     """Store, for every graded exercise of the chapters, the inputs the check gives on seed 0 and the
-    chapter's own solution's answers (`python -m attention_book.course feedback chapters/`)."""
+    chapter's own solution's answers, and every check's forbidden list (forbidden.json) (`python -m attention_book.course feedback chapters/`)."""
     import nbformat
 
     from .checks import CHECKS
@@ -185,4 +196,14 @@ def record(chapters: Path, out: Path = FOLDER) -> list[Path]:
         path = out / f"{chapter}.json"
         path.write_text(json.dumps(exercises, sort_keys=True, separators=(",", ":")) + "\n")
         written.append(path)
+    written.append(write_forbidden(out))
     return written
+
+
+def write_forbidden(out: Path = FOLDER) -> Path:
+    """forbidden.json: every check's forbidden list, for the students' installation (which has no checks)."""
+    from .checks import CHECKS
+
+    forbidden = {name: list(entry.forbidden) for name, entry in sorted(CHECKS.items())}
+    (out / FORBIDDEN).write_text(json.dumps(forbidden, indent=0, sort_keys=True) + "\n")
+    return out / FORBIDDEN

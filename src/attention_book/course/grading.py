@@ -45,6 +45,7 @@ from pathlib import Path
 import nbformat
 
 from .checks import CASES, CHECKS, Result, Stopped, StudentRaised, evaluate
+from .spy import plain, spied
 from .sandbox import (MEMORY_MB, ExerciseEnded, Sandbox, SandboxEnded, SubmissionError, become_subreaper,
                       describe_isolation, kill_children)
 
@@ -61,6 +62,7 @@ MAX_NOTEBOOKS = 2000  # notebooks one run grades at most (--max-notebooks)
 RUN_SECONDS = 4 * 3600  # the whole run's deadline (--deadline)
 RUNS_AS_PYTHON = {"time", "capture", "prun"}  # cell magics whose body Jupyter runs as the cell's Python
 FORMULA = ("=", "+", "-", "@", "\t", "\r")  # what a spreadsheet reads as the start of a formula
+EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")  # a login that is an e-mail address (Gradescope's Email)
 
 
 def chapter_exercises(notebook_name: str) -> list[str]:
@@ -114,8 +116,8 @@ def solution_source(cells: list[str], function: str) -> str | None:
 class _SandboxCall:
     """The student's function as the checks see it: each call runs in the sandbox."""
 
-    def __init__(self, sandbox: Sandbox):
-        self.sandbox = sandbox
+    def __init__(self, sandbox: Sandbox, writes: tuple[int, ...] = ()):
+        self.sandbox, self.writes = sandbox, writes
 
     @property
     def largest(self) -> int:
@@ -123,8 +125,13 @@ class _SandboxCall:
         return self.sandbox.largest
 
     def __call__(self, *args):
+        spies = {i: sorted(type(a).spy_flagged) for i, a in enumerate(args) if spied(a)}
         try:
-            return self.sandbox.call(*args)
+            value = self.sandbox.call(*[plain(a) for a in args], writes=self.writes, spies=spies)
+            for index, entries in self.sandbox.spied.items():  # what the worker's spies saw, into the check's logs
+                if index in spies:
+                    type(args[index]).spy_log.extend(entries)
+            return value
         except SubmissionError as error:
             raise StudentRaised(error.name, error.message) from None
         except ExerciseEnded as error:
@@ -196,7 +203,7 @@ def grade_notebook(path: Path, timeout: float = 60, hidden: tuple[Path, ...] = (
             except SubmissionError as error:
                 results.append(Result(name, False, f"your solution cell raised {error.name}: {error.message}"))
                 continue
-            results.append(evaluate(name, None, seed=seed, call=_SandboxCall(sandbox)))
+            results.append(evaluate(name, None, seed=seed, call=_SandboxCall(sandbox, entry.writes)))
             try:
                 sandbox.finish()
             except (SandboxEnded, ExerciseEnded):
@@ -399,18 +406,37 @@ def write_grades(out: Path, rows: list[dict], skipped: dict[str, list[str]] | No
     write_feedback(out, students, notebooks, skipped)
 
 
+# The LMS files' shapes, from the vendors' documentation (checked 2026-11; tests/test_grading_lms.py pins them):
+# Canvas's gradebook import: https://teaching.resources.osu.edu/toolsets/carmencanvas/guides/calculating-final-grades/
+# import-csv-file-carmen-grades (the required columns: Student name, ID or SIS User ID; SIS Login ID; Section;
+# then assignment columns, a new column creating a new assignment; start from Canvas's own export, whose
+# second row is "Points Possible") and Instructure's guide "How do I import grades in the Gradebook?"
+# (https://community.canvaslms.com/t5/Svenska-Instrukt%C3%B6r-Guide/Hur-importerar-jag-omd%C3%B6men-i-bed%C3%B6mnings
+# %C3%B6versikten/ta-p/441990: new columns become assignments in the group Assignments with no submission;
+# names holding Current Score, Current Points, Final Score or Final Points are not read as assignments).
+# Gradescope's roster upload: https://help.gradescope.com/article/w59nl02vyt-instructor-course-add-members
+# (Name and a unique Email required, SID and Section optional); no documentation of a score upload into
+# a Gradescope assignment was found, so gradescope_chN.csv is the roster's columns plus "Total Score", the
+# name Gradescope's own grade export gives the score.
+CANVAS_IDENTITY = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
+CANVAS_POINTS = "    Points Possible"  # the second row of Canvas's export, which its import reads back
+CANVAS_NOT_ASSIGNMENTS = ("Current Score", "Current Points", "Final Score", "Final Points")
+GRADESCOPE_FIELDS = ["Name", "SID", "Email", "Total Score"]
+
+
 def write_lms(out: Path, students: dict[str, list[dict]], canvas_ids: dict[str, str]) -> None:
     """Canvas's gradebook import (canvas.csv: Student, ID, SIS User ID, SIS Login ID, Section, then one
-    column per chapter, a new assignment each, and the Points Possible row) and Gradescope's score upload
-    (gradescope_chN.csv: Name, SID, Email, Total Score; one assignment per file)."""
+    column per chapter, a new assignment each, and the Points Possible row; no total, which Canvas
+    computes) and a Gradescope file per chapter (gradescope_chN.csv: its roster's Name, SID, Email and
+    the score); the documentation they follow is cited above."""
     every = [row for rows in students.values() for row in rows]
     chapters = sorted({chapter_of(row["exercise"]) for row in every})
     possible = {n: sum(1 for name in CHECKS if chapter_of(name) == n) for n in chapters}
     column = {n: f"Chapter {n} exercises" for n in chapters}
     marks = {s: {n: sum(int(r["passed"]) for r in rows if chapter_of(r["exercise"]) == n) for n in chapters}
              for s, rows in students.items()}
-    fields = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", *column.values()]
-    canvas = [{"Student": "    Points Possible", **{column[n]: possible[n] for n in chapters}}]
+    fields = [*CANVAS_IDENTITY, *column.values()]
+    canvas = [{"Student": CANVAS_POINTS, **{column[n]: possible[n] for n in chapters}}]
     canvas += [{"Student": s, "ID": canvas_ids.get(s, ""), "SIS Login ID": s,
                 **{column[n]: marks[s][n] for n in chapters}} for s in sorted(students)]
     write_table(out / "canvas.csv", canvas, fields)
@@ -419,8 +445,9 @@ def write_lms(out: Path, students: dict[str, list[dict]], canvas_ids: dict[str, 
             old.unlink()
     for n in chapters:
         handed_in = sorted(s for s in students if any(chapter_of(r["exercise"]) == n for r in students[s]))
-        write_table(out / f"gradescope_ch{n}.csv", [{"Name": s, "SID": s, "Email": "", "Total Score": marks[s][n]}
-                                                   for s in handed_in], ["Name", "SID", "Email", "Total Score"])
+        write_table(out / f"gradescope_ch{n}.csv",
+                    [{"Name": s, "SID": s, "Email": s if EMAIL.fullmatch(s) else "", "Total Score": marks[s][n]}
+                     for s in handed_in], GRADESCOPE_FIELDS)
 
 
 def markdown_text(text: str) -> str:

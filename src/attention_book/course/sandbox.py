@@ -17,7 +17,10 @@ and stops the notebook above its bound.
 
 Without bwrap or user namespaces (macOS, containers whose seccomp profile forbids them) the grader
 refuses to grade unless the teacher asks for the weak mode (`--weak`): the child then runs in a session
-of its own, with the same limits, but can read and write what the teacher can and use the network. Every
+of its own, with the same limits, but can read and write what the teacher can and use the network; its
+scratch folder is a folder of its own on the teacher's disk, which the grader measures several times a
+second and before it accepts each answer (`scratch_used`; every file is bounded by RLIMIT_FSIZE), stopping
+the notebook above SCRATCH_MB or SCRATCH_FILES, and deletes with the notebook. Every
 process it starts is killed when its notebook is done (its cgroup where one can be made; otherwise the
 grader, a child subreaper, kills every process that was orphaned to it), and grades are written only
 after that.
@@ -43,7 +46,9 @@ SHM_MB = 64  # /dev/shm: a tmpfs of this size (in the sandbox)
 ADDRESS_SPACE = 8  # each process's address space is bounded at this many times the memory (a backstop only)
 PROCESSES = 32  # processes per notebook (the cgroup's pids.max; RLIMIT_NPROC where the kernel applies it)
 FILE_MB = 64  # largest file the child may write
+SCRATCH_FILES = 10_000  # files and folders the scratch folder may hold in the weak mode (counted by the grader)
 MESSAGE_MB = 16  # largest answer the grader reads from the child
+MEASURE_SECONDS = 0.2  # how often the grader measures a notebook's memory (no cgroup) and weak scratch folder
 ROOT = Path(__file__).resolve().parents[2]  # the folder that holds the attention_book package
 CHECKS = ROOT / "attention_book" / "course" / "checks"  # the references: never visible to a submission
 # RLIMIT_NPROC is set by the worker inside its user namespace, where it counts that namespace's processes
@@ -317,11 +322,34 @@ def _limits(seconds: float, memory_mb: int, cgroup: "Cgroup | None"):
             cgroup.enter()
         space = (memory_mb * ADDRESS_SPACE) << 20  # torch reserves far more address space than it uses
         resource.setrlimit(resource.RLIMIT_AS, (space, space))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_MB << 20, FILE_MB << 20))
+        file_mb = min(FILE_MB, SCRATCH_MB)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_mb << 20, file_mb << 20))
         cpu = int(seconds) + 5
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     return apply
+
+
+def scratch_used(folder: str, most_files: int = SCRATCH_FILES) -> tuple[int, int]:
+    """(bytes, entries) of everything under `folder`, counting stopped past `most_files` entries
+    (the weak mode's bound on its scratch folder, which is not a tmpfs there)."""
+    used, entries, stack = 0, 0, [folder]
+    while stack and entries <= most_files:
+        try:
+            with os.scandir(stack.pop()) as found:
+                for entry in found:
+                    entries += 1
+                    try:
+                        info = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    # a file by its length (a sparse one as if whole), anything else by its blocks
+                    used += info.st_size if entry.is_file(follow_symlinks=False) else info.st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+        except OSError:
+            continue
+    return used, entries
 
 
 def tree_memory(root: int) -> int:
@@ -374,7 +402,7 @@ class Sandbox:
                              "with torch and numpy) needs about 0.4 GB")
         self.deadline = self.notebook_deadline = time.monotonic() + timeout
         self.scratch = tempfile.mkdtemp(prefix="attention-book-grading-")
-        self.weak, self.memory_mb, self.largest = weak, memory_mb, 0
+        self.weak, self.memory_mb, self.largest, self.spied = weak, memory_mb, 0, {}
         if not weak and isolation() is not None:
             raise RuntimeError(f"the sandbox cannot isolate submissions here ({isolation()}); grade with --weak to "
                                "accept a weaker sandbox")
@@ -392,6 +420,7 @@ class Sandbox:
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=self.scratch, env=env,
                                         start_new_session=True, preexec_fn=_limits(timeout, memory_mb, self.cgroup))
         self.buffer = b""
+        self.next_measure = 0.0  # when memory and the weak mode's scratch folder are measured next
         self.ended: str | None = None
         self.in_exercise = False
         # Without a cgroup the grader bounds the sum of the processes' memory itself (tree_memory); in the
@@ -452,15 +481,26 @@ class Sandbox:
         """A solution cell with nothing forbidden (an exercise without a time limit of its own)."""
         self.exercise(source, function)
 
-    def call(self, *args):
-        """The student's function on `args`, run in the child; returns the decoded value or raises."""
-        answer = self._exchange({"call": wire.encode(list(args))})
-        if set(answer) == {"value", "largest"} and isinstance(answer["largest"], int):
+    def call(self, *args, writes: tuple[int, ...] = (), spies: dict | None = None):
+        """The student's function on `args`, run in the child; returns the decoded value or raises. The
+        arguments at the positions `writes` (which the exercise asks the function to change in place) come
+        back after the call and are copied into the tensors given here; no other argument is touched.
+        `spies` {position: names} makes the child watch those arguments (`spy.spy_tensor`); what it saw is
+        left in `self.spied` {position: [(kind, name)]}."""
+        spies = {str(i): list(names) for i, names in (spies or {}).items()}
+        answer = self._exchange({"call": wire.encode(list(args)), "writes": list(writes), "spies": spies})
+        self.spied = {}
+        if set(answer) - {"written", "spied"} == {"value", "largest"} and isinstance(answer["largest"], int):
             self.largest = answer["largest"]  # the largest tensor the call made (elements)
             try:
-                return wire.decode(answer["value"])
+                value = wire.decode(answer["value"])
+                written = {int(i): wire.decode(v) for i, v in dict(answer.get("written", {})).items()}
+                self.spied = {int(i): [(str(kind), str(name)) for kind, name in entries][:10_000]
+                              for i, entries in dict(answer.get("spied", {})).items() if i in spies}
             except (ValueError, TypeError, RecursionError) as error:
                 raise self._end(f"its answer is not a plain value ({type(error).__name__}: {str(error)[:100]})") from None
+            _copy_back(args, written, writes)
+            return value
         if set(answer) == {"raised", "message"} and isinstance(answer["raised"], str):
             raise SubmissionError(answer)
         if set(answer) == {"over"}:
@@ -485,8 +525,11 @@ class Sandbox:
             left = self.deadline - time.monotonic()
             if left <= 0:
                 raise self._end("time limit reached")
-            if self.budget is not None and tree_memory(self.process.pid) > self.budget:
-                raise self._end(f"it used more than the {self.memory_mb} MB of memory a notebook may use")
+            if time.monotonic() >= self.next_measure:  # five times a second, not on every message (a /proc scan)
+                self.next_measure = time.monotonic() + MEASURE_SECONDS
+                if self.budget is not None and tree_memory(self.process.pid) > self.budget:
+                    raise self._end(f"it used more than the {self.memory_mb} MB of memory a notebook may use")
+                self._check_scratch()
             if not select.select([stream], [], [], min(left, 0.2))[0]:
                 continue
             chunk = os.read(stream, 1 << 20)
@@ -495,6 +538,7 @@ class Sandbox:
             self.buffer += chunk
             if len(self.buffer) > MESSAGE_MB << 20:
                 raise self._end(f"its answer exceeds {MESSAGE_MB} MB")
+        self._check_scratch()  # what the answer's code wrote, before the answer counts
         line, self.buffer = self.buffer.split(b"\n", 1)
         if self.buffer:  # the worker answers once per request and then waits: more is a forgery
             raise self._end("it answered out of turn (forged answers on the grader's channel)")
@@ -505,6 +549,16 @@ class Sandbox:
         if not isinstance(answer, dict):
             raise self._end("it wrote something that is not an answer")
         return answer
+
+    def _check_scratch(self) -> None:
+        """The weak mode's scratch folder, a plain folder on disk: stop the notebook above its bounds."""
+        if not self.weak:
+            return  # a tmpfs of SCRATCH_MB in the sandbox
+        used, entries = scratch_used(self.scratch)
+        if used > SCRATCH_MB << 20:
+            raise self._end(f"it wrote more than the {SCRATCH_MB} MB its scratch folder may hold")
+        if entries > SCRATCH_FILES:
+            raise self._end(f"it made more than the {SCRATCH_FILES} files its scratch folder may hold")
 
     def _end(self, why: str | None = None) -> SandboxEnded:
         """Stop the child and say why, once; every later call raises the same."""
@@ -520,6 +574,19 @@ class Sandbox:
                     why = "it was killed (by itself, or for exceeding the memory limit)"
             self.ended = f"the grading process of this notebook stopped: {why}"
         return SandboxEnded(self.ended)
+
+
+def _copy_back(args: tuple, written: dict, writes: tuple[int, ...]) -> None:
+    """Copy what the child's call left in the arguments `writes` into the grader's tensors, where it is a
+    tensor of the same shape and dtype (anything else is left as it was: the check then says so)."""
+    import torch
+
+    for index, value in written.items():
+        target = args[index] if index in writes and 0 <= index < len(args) else None
+        if isinstance(target, torch.Tensor) and isinstance(value, torch.Tensor) and \
+                value.shape == target.shape and value.dtype == target.dtype:
+            with torch.no_grad():
+                target.copy_(value)
 
 
 def _status(code) -> str:

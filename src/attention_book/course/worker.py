@@ -1,9 +1,10 @@
 """The child side of grading: runs inside the sandbox, defines a submission's solution and calls it on the
-grader's inputs (course tooling; the parent side is `attention_book.course.sandbox`).
+grader's inputs (course tooling; the parent side is `attention_book.course.sandbox`; the switching off of
+what an exercise forbids is `attention_book.course.forbid`, shared with the notebook's `check()`).
 
 Messages are JSON lines (`attention_book.course.wire`). This process imports torch and numpy once, then
 forks one process per exercise: the grader sends {"define": source, "function": name, "forbidden":
-[dotted names]}, the exercise's process makes the forbidden functions raise (`forbid`), runs the solution
+[dotted names]}, the exercise's process makes the forbidden functions raise (`Forbidden`), runs the solution
 cell and answers {"defined": true}, then answers each {"call": [arguments]} with one line, until {"done":
 true}; when that process has ended, for whatever reason, this one answers {"over": exit status}. So what
 one exercise's code patches or breaks never reaches the next. Nothing it answers is trusted: the grader
@@ -11,199 +12,23 @@ judges the values it receives, in its own process.
 
 Walls inside the sandbox (issue 47): once torch is loaded, a seccomp filter makes execve fail in this
 process and every process it forks, so no program and no fresh interpreter can start (one would not carry
-the switched-off functions); an audit hook says so in words (subprocess, os.exec*, posix_spawn, os.system)
+the switched-off functions); `forbid`'s audit hook says so in words (subprocess, os.exec*, posix_spawn, os.system)
 and refuses, while an exercise runs, to open or execute again the files that define its forbidden functions
 (a second copy of a module loaded from its file) and to load C libraries with ctypes; the forbidden torch
-functions are switched off in torch's operator registry too (`ATEN`), so `torch.ops.aten.*` and
+functions are switched off in torch's operator registry too (`forbid.ATEN`), so `torch.ops.aten.*` and
 `torch._C._nn.*` reach the same raiser. Each call also reports the largest tensor the function made
 (`LargestTensor`), for the exercises that ask for a method ("in blocks").
 """
 
-import importlib
-import importlib.abc
 import json
 import os
 import platform
 import sys
 import traceback
 
-# The torch operators behind each forbidden torch function: switched off in the operator registry too.
-_SDPA = ("scaled_dot_product_attention", "_scaled_dot_product_attention_math", "_scaled_dot_product_flash_attention",
-         "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
-         "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_fused_attention_overrideable")
-_NLL = ("nll_loss", "nll_loss_nd", "nll_loss2d", "nll_loss_forward")
-_SOFTMAX = ("softmax", "_softmax", "_safe_softmax")
-ATEN = {
-    "torch.nn.functional.scaled_dot_product_attention": _SDPA,
-    "torch.cumsum": ("cumsum", "cumsum_"), "torch.Tensor.cumsum": ("cumsum", "cumsum_"),
-    "torch.nn.functional.embedding": ("embedding",),
-    "torch.nn.functional.cross_entropy": ("cross_entropy_loss", *_NLL),
-    "torch.nn.functional.nll_loss": _NLL,
-    "torch.nn.functional.multi_head_attention_forward": ("_native_multi_head_attention",),
-    "torch.softmax": _SOFTMAX, "torch.nn.functional.softmax": _SOFTMAX, "torch.Tensor.softmax": _SOFTMAX,
-    "torch.nn.functional.one_hot": ("one_hot",),
-}
-_KEYS = ("CompositeImplicitAutograd", "CompositeExplicitAutograd", "CPU", "AutogradCPU")
-# What starting a process raises as audit events; ctypes' loading of C code (it could call execve or open
-# directly).
-PROCESS_EVENTS = {"subprocess.Popen", "os.exec", "os.posix_spawn", "os.spawn", "os.system", "os.fork_exec",
-                  "pty.spawn", "os.startfile"}
-NATIVE_EVENTS = {"ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle"}
+from attention_book.course.forbid import Forbidden
 
-
-class ForbiddenCall(RuntimeError):
-    """A function the exercise asks the student to write was called."""
-
-
-def _raiser(dotted: str):
-    name = dotted.rsplit(".", 1)[1]
-
-    def forbidden(*args, **kwargs):
-        raise ForbiddenCall(f"this exercise asks you to write {name} yourself: {dotted} is switched off while "
-                            "your solution is graded")
-    forbidden.__name__ = forbidden.__qualname__ = name
-    return forbidden
-
-
-def _owner(dotted: str):
-    """The module or class that holds the last part of `dotted`, and that part's name."""
-    parts = dotted.split(".")
-    for split in range(len(parts) - 1, 0, -1):
-        try:
-            owner = importlib.import_module(".".join(parts[:split]))
-        except ImportError:
-            continue
-        for part in parts[split:-1]:
-            owner = getattr(owner, part)
-        return owner, parts[-1]
-    raise ImportError(dotted)
-
-
-def _switch_off(dotted: str, files: set | None = None, library=None) -> None:
-    """Make `dotted` raise wherever it is reached from; add the file that defines it to `files` and its
-    torch operators (`ATEN`) to `library`'s overrides."""
-    try:
-        owner, name = _owner(dotted)
-        original = getattr(owner, name)
-    except (ImportError, AttributeError):
-        return  # not installed here: nothing to call
-    raiser = _raiser(dotted)
-    code = getattr(getattr(original, "__func__", original), "__code__", None)
-    if files is not None and code is not None and code.co_filename.endswith(".py"):
-        files.add(os.path.realpath(code.co_filename))
-    if library is not None:
-        for op in ATEN.get(dotted, ()):
-            for key in _KEYS:
-                try:
-                    library.impl(op, _raiser(dotted), key)
-                except (RuntimeError, AttributeError, ValueError):
-                    pass  # no such operator or key in this torch
-    setattr(owner, name, raiser)
-    for module in list(sys.modules.values()):  # every alias: `from x import f` elsewhere, torch._C._nn
-        namespace = getattr(module, "__dict__", None)
-        if not isinstance(namespace, dict):
-            continue
-        for key, value in list(namespace.items()):
-            if value is original:
-                try:
-                    setattr(module, key, raiser)
-                except (AttributeError, TypeError):
-                    pass
-
-
-class _Guard(importlib.abc.MetaPathFinder):
-    """Switches the forbidden functions off again in any module imported or re-imported later (reload)."""
-
-    def __init__(self, forbidden: list[str]):
-        self.forbidden = forbidden
-
-    def find_spec(self, name, path, target=None):
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _GuardedLoader(spec.loader, self.forbidden)
-                return spec
-        return None
-
-
-class _GuardedLoader(importlib.abc.Loader):
-    def __init__(self, loader, forbidden):
-        self.loader, self.forbidden = loader, forbidden
-
-    def create_module(self, spec):
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module):
-        self.loader.exec_module(module)
-        for dotted in self.forbidden:
-            _switch_off(dotted)
-
-    def __getattr__(self, name):
-        return getattr(self.loader, name)
-
-
-class _Walls:
-    """The audit hook of an exercise's process: no process starts, no C library loads, and the files that
-    define the forbidden functions are neither read nor executed again."""
-
-    def __init__(self, files: set):
-        self.files = files
-        self.names = {os.path.basename(f) for f in files} | {os.path.basename(f)[:-3] for f in files}
-
-    def protected(self, path) -> bool:
-        try:
-            path = os.fsdecode(path) if not isinstance(path, int) else None
-        except TypeError:
-            return False
-        if not path:
-            return False
-        base = os.path.basename(path)
-        if base not in self.names and base.split(".")[0] not in self.names:
-            return False
-        real = os.path.realpath(path)
-        folder, base = os.path.split(real)
-        if os.path.basename(folder) == "__pycache__":  # a module's cached bytecode: stem.cpython-3xx.pyc
-            folder, base = os.path.dirname(folder), base.split(".")[0] + ".py"
-        return os.path.join(folder, base if base.endswith(".py") else base + ".py") in self.files
-
-    def __call__(self, event: str, args) -> None:
-        if event in PROCESS_EVENTS:
-            raise PermissionError("no process may start while your solution is graded (write it in Python, in "
-                                  "this cell)")
-        if event in NATIVE_EVENTS:
-            raise PermissionError("ctypes may not load C code while your solution is graded")
-        if event == "open" and self.files and args and self.protected(args[0]):
-            raise PermissionError(f"{args[0]} defines a function this exercise asks you to write: it cannot be "
-                                  "read while your solution is graded")
-        if event == "exec" and self.files and args and self.protected(getattr(args[0], "co_filename", None)):
-            raise ImportError("a second copy of a module that defines a function this exercise asks you to write "
-                              "cannot be loaded while your solution is graded")
-
-
-def forbid(forbidden: list[str]) -> None:
-    """Make every function named in `forbidden` raise `ForbiddenCall`, wherever it is reached from: its
-    aliases, torch's operator registry, a re-import, a second copy loaded from its file (refused)."""
-    files: set[str] = set()
-    library = None
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch warns that it overrides a kernel: that is the point
-        if any(dotted in ATEN for dotted in forbidden):
-            import torch
-
-            library = torch.library.Library("aten", "IMPL")
-            _KEEP.append(library)
-        for dotted in forbidden:
-            _switch_off(dotted, files, library)
-    sys.meta_path.insert(0, _Guard(list(forbidden)))
-    sys.addaudithook(_Walls(files))
-
-
-_KEEP: list = []  # the operator overrides live as long as the exercise's process
+_KEEP: list = []  # the exercise's switched-off functions stay off as long as its process lives
 
 
 def no_new_programs() -> bool:
@@ -296,8 +121,9 @@ def _lines(fd: int):
 def _serve_exercise(requests, channel, request) -> None:
     """One exercise, in its own process: forbid, define, answer calls until done."""
     from attention_book.course import wire
+    from attention_book.course.spy import plain, spy_tensor
 
-    forbid(request.get("forbidden", []))
+    _KEEP.append(Forbidden(request.get("forbidden", [])).__enter__())  # for good: the process ends after
     namespace = {"__name__": "__submission__", "get_ipython": _Shell}
     try:
         exec(compile(request["define"], "<your solution cell>", "exec"), namespace)  # noqa: S102
@@ -313,6 +139,11 @@ def _serve_exercise(requests, channel, request) -> None:
             return
         try:
             arguments = wire.decode(request["call"])
+            spied = {}
+            for index, names in dict(request.get("spies", {})).items():  # the arguments the check watches
+                if 0 <= int(index) < len(arguments):
+                    spied[index] = []
+                    arguments[int(index)] = spy_tensor(arguments[int(index)], spied[index], set(names))
             with LargestTensor() as measured:
                 value = function(*arguments)
         except BaseException as error:  # noqa: BLE001
@@ -320,7 +151,13 @@ def _serve_exercise(requests, channel, request) -> None:
             _answer(channel, _raised(error))
             continue
         try:
-            _answer(channel, {"value": wire.encode(value), "largest": measured.largest})
+            answer = {"value": wire.encode(value), "largest": measured.largest}
+            writes = [i for i in request.get("writes", []) if isinstance(i, int) and 0 <= i < len(arguments)]
+            if writes:  # the arguments the exercise asks to change in place, as the call left them
+                answer["written"] = {str(i): wire.encode(plain(arguments[i])) for i in writes}
+            if spied:
+                answer["spied"] = {index: [list(entry) for entry in entries[:10_000]] for index, entries in spied.items()}
+            _answer(channel, answer)
         except (TypeError, ValueError) as error:
             _answer(channel, {"raised": "TypeError", "message": f"your function returned something that cannot be "
                                                                 f"graded: {error}"})

@@ -6,7 +6,8 @@ holds what they share. A check is one function `check_x(student, seed)` that cal
 inputs drawn from `seed` and returns None when every answer is right, else the first specific problem it
 finds. Its registry entry (`Check`) names the exercise ("chN.name"), the function a solution cell
 defines, and `forbidden`: the dotted names of the package's and the library's versions of what the
-exercise builds, which the grader makes raise inside the submission. The same check gives the
+exercise builds, which the grader makes raise inside the submission, and the notebook's `check()`
+around each call of the student's function (`attention_book.course.forbid`). The same check gives the
 notebook's instant feedback (seed 0, the student's function called in the kernel) and the grade (a
 secret seed, the function called in a sandbox by `attention_book.course.grading`).
 
@@ -17,6 +18,7 @@ function name and the forbidden tuple, and name the same dotted names in the exe
 
 from collections.abc import Callable
 
+from ..forbid import forbidding
 from ..verdict import Result, not_implemented
 from . import ch01, ch02, ch03, ch04, ch05, ch06, ch07, ch08, ch09, ch10, ch11, ch12
 from .ch10 import rope_half_reference
@@ -38,12 +40,15 @@ class Stopped(Exception):
     """Grading of the function cannot go on (its sandbox ended); the message says why."""
 
 
-def calling(student_function) -> Callable:
-    """`student_function`, with whatever it raises turned into `StudentRaised` (so that a check's own
-    errors on a bad result are told apart from the student's)."""
+def calling(student_function, forbidden: tuple[str, ...] = ()) -> Callable:
+    """`student_function`, called with the exercise's `forbidden` functions switched off (`forbid`, as the
+    grader does; put back after each call) and whatever it raises turned into `StudentRaised` (so that a
+    check's own errors on a bad result are told apart from the student's)."""
+    guarded = forbidding(student_function, forbidden)
+
     def call(*args):
         try:
-            return student_function(*args)
+            return guarded(*args)
         except Exception as error:  # noqa: BLE001 - the student's error is feedback
             raise StudentRaised(type(error).__name__, str(error)) from error
     return call
@@ -80,7 +85,7 @@ def evaluate(exercise: str, student_function, seed: int = 0, call: Callable | No
     if exercise not in CHECKS:
         raise KeyError(f"no check named {exercise!r}; known: {sorted(CHECKS)}")
     entry = CHECKS[exercise]
-    run = call or calling(student_function)
+    run = call or calling(student_function, entry.forbidden)
     if entry.largest is not None:
         run = method_kept(run, entry, in_kernel=call is None)
     try:

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..spy import PRODUCTS, spy_tensor  # noqa: F401 - the checks import them from here
+
 CASES = 20  # random inputs per check
 WORDS = "the cat sat on a mat and ate one fish while it rained outside".split()
 
@@ -25,20 +27,9 @@ class Check:
     # tensor the function makes may have, from its arguments, and what to say when one has more.
     largest: Callable | None = None
     method: str = ""
-
-
-class StudentRaised(Exception):
-    """The student's function raised `name: message` (in the kernel or in the sandbox)."""
-
-    def __init__(self, name: str, message: str):
-        self.name, self.message = name, message
-        super().__init__(f"{name}: {message}")
-
-
-class Stopped(Exception):
-    """Grading of the function cannot go on (its sandbox ended); the message says why."""
-
-
+    # The arguments (by position) the exercise asks the function to change in place (a cache's buffers):
+    # the grader's sandbox sends them back after each call and they are copied into the check's tensors.
+    writes: tuple[int, ...] = ()
 
 
 def case_generator(seed: int, case: int) -> torch.Generator:
@@ -100,39 +91,3 @@ def matches(got, expected, atol: float = 1e-5) -> bool:
         return tuple(got.shape) == tuple(expected.shape) and np.allclose(as_array(got), as_array(expected), atol=atol)
     except (AttributeError, TypeError, ValueError):
         return False
-
-
-
-PRODUCTS = {"__matmul__", "__rmatmul__", "matmul", "mm", "bmm", "einsum", "tensordot", "linear", "addmm", "mv"}
-
-
-def spy_tensor(tensor: torch.Tensor, log: list, flagged: set):
-    """`tensor` as one that logs, in `log`, what is done to it or to what is computed from it before a matrix
-    product: ("flagged", name) for an operation named in `flagged`, ("product", name) for a product that uses
-    it (chapter 1's one-hot embedding, chapter 3's grouped-query attention without copies)."""
-
-    class Spy(torch.Tensor):
-        raw = True  # computed from the tensor without a product in between
-
-        @classmethod
-        def __torch_function__(cls, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            given = [*args, *kwargs.values()]
-            given += [item for a in given if isinstance(a, (list, tuple)) for item in a]  # torch.cat([k, k])
-            spies = [a for a in given if isinstance(a, Spy)]
-            raw = any(spy.raw for spy in spies)
-            name = getattr(func, "__name__", "")
-            if raw and name in flagged:
-                log.append(("flagged", name))
-            if raw and name in PRODUCTS:
-                log.append(("product", name))
-            with torch._C.DisableTorchFunctionSubclass():
-                out = func(*args, **kwargs)
-            if isinstance(out, torch.Tensor) and not isinstance(out, torch.nn.Parameter):
-                out = out.as_subclass(Spy)
-                out.raw = raw and name not in PRODUCTS
-            return out
-
-    spy = tensor.as_subclass(Spy)
-    spy.raw = True
-    return spy

@@ -1,0 +1,54 @@
+"""A tensor that reports what is done with it (course tooling): how the checks see whether an exercise's
+method was followed (chapter 1's one-hot product instead of indexing, chapter 3's grouped-query attention
+without copies). Used by the checks in the kernel and, for the grade, by the sandbox's worker on the
+arguments the check marked, which sends the log back (`grading`)."""
+
+import torch
+
+PRODUCTS = {"__matmul__", "__rmatmul__", "matmul", "mm", "bmm", "einsum", "tensordot", "linear", "addmm", "mv"}
+
+
+def spy_tensor(tensor: torch.Tensor, log: list, flagged: set):
+    """`tensor` as one that logs, in `log`, what is done to it or to what is computed from it before a matrix
+    product: ("flagged", name) for an operation named in `flagged`, ("product", name) for a product that uses
+    it (chapter 1's one-hot embedding, chapter 3's grouped-query attention without copies)."""
+
+    class Spy(torch.Tensor):
+        raw = True  # computed from the tensor without a product in between
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            given = [*args, *kwargs.values()]
+            given += [item for a in given if isinstance(a, (list, tuple)) for item in a]  # torch.cat([k, k])
+            spies = [a for a in given if isinstance(a, Spy)]
+            raw = any(spy.raw for spy in spies)
+            name = getattr(func, "__name__", "")
+            if raw and name in flagged:
+                log.append(("flagged", name))
+            if raw and name in PRODUCTS:
+                log.append(("product", name))
+            with torch._C.DisableTorchFunctionSubclass():
+                out = func(*args, **kwargs)
+            if isinstance(out, torch.Tensor) and not isinstance(out, torch.nn.Parameter):
+                out = out.as_subclass(Spy)
+                out.raw = raw and name not in PRODUCTS
+            return out
+
+    Spy.spy_log, Spy.spy_flagged = log, frozenset(flagged)  # what the grader sends to the sandbox, reads back
+    spy = tensor.as_subclass(Spy)
+    spy.raw = True
+    return spy
+
+
+def spied(value) -> bool:
+    """Whether `value` is a tensor made by `spy_tensor`."""
+    return isinstance(value, torch.Tensor) and isinstance(getattr(type(value), "spy_flagged", None), frozenset)
+
+
+def plain(value):
+    """A spy's data as a plain tensor (to send to the sandbox), anything else as it is."""
+    if not spied(value):
+        return value
+    with torch._C.DisableTorchFunctionSubclass():
+        return value.as_subclass(torch.Tensor)
