@@ -515,3 +515,15 @@ def test_ch9_causal_tiles_grader_counts_skipped_tiles():
     result = checks.evaluate("ch9.causal_tiles", every_tile)
     assert not result.passed
     assert re.search(r"you computed all \d+ tiles .* only \d+ touch the causal past", result.message), result.message
+
+
+def test_an_exact_bandwidth_fit_passes_at_every_seed():
+    """A least-squares line through nearly collinear points is also close to the reversed fit (bytes against
+    seconds): ch7.fit_bandwidth once named a right answer "reversed" at 7 of 40 seeds."""
+    def fit_bandwidth(cache_bytes, seconds):
+        x, y = cache_bytes - cache_bytes.mean(), seconds - seconds.mean()
+        slope = (x * y).sum() / (x * x).sum()
+        return seconds.mean() - slope * cache_bytes.mean(), 1 / slope
+
+    failed = [seed for seed in range(40) if checks.CHECKS["ch7.fit_bandwidth"].run(fit_bandwidth, seed)]
+    assert failed == []
