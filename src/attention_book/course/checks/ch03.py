@@ -118,71 +118,71 @@ def grouped_attention(q, k, v, interleave: bool = True, scale: bool = True):
 
 
 class KeyValueCopies:
-    """While active, logs every operation that materialises a tensor derived from the given keys and values
-    with more elements than that tensor's own storage holds: a shared head copied into its group
-    (`repeat_interleave`, `repeat`, `cat`, or `torch.matmul` materialising the broadcast of a size-1 group
-    axis before its batched product). Views (`expand`, `[:, :, None]`, a transpose) copy nothing and are not
-    logged; what an operation computes from the keys or values together with another tensor (a product with
-    the queries or the weights: the scores, the context) is no longer the keys or values.
+    """While active (a torch function mode: every torch function, tensor method and operator the code calls),
+    logs each call that materialises the given keys and values, or a tensor computed from them alone, at a
+    larger size than the memory it was made from: a shared head copied into its group (`repeat_interleave`,
+    `repeat`, `cat`, an `expand` made contiguous by `reshape`), or `torch.matmul` (`@`) given keys or values
+    whose batch axes it must broadcast, which it does by materialising the expanded operand before its
+    batched product. Views (`expand`, `[:, :, None]`, a transpose) copy nothing and are not logged; what a
+    call computes from the keys or values together with another tensor (a product with the queries or the
+    weights: the scores, the context) is no longer the keys or values. (A dispatch mode would see matmul's
+    copy itself, but it imports torch._dynamo, which aborts a process that has loaded TensorFlow.)"""
 
-    Two modes: a torch function mode names the call the student wrote (`__matmul__`, `repeat_interleave`),
-    and a dispatch mode sees the ATen operations that call runs, where `torch.matmul`'s copy happens."""
-
-    _PRODUCTS = {"mm", "bmm", "addmm", "baddbmm", "addbmm", "mv", "dot", "vdot"}
+    _MATMULS = {"matmul", "__matmul__", "__rmatmul__"}
+    _PRODUCTS = _MATMULS | {"mm", "bmm", "addmm", "baddbmm", "addbmm", "mv", "dot", "vdot", "einsum",
+                            "tensordot", "linear"}
 
     def __init__(self, *tensors: torch.Tensor):
         from torch.overrides import TorchFunctionMode
-        from torch.utils._python_dispatch import TorchDispatchMode
-        from torch.utils._pytree import tree_flatten
 
         outer = self
         self.kept = list(tensors)  # alive while logging, so that no other tensor reuses their memory
-        self.elements = {t.untyped_storage().data_ptr(): t.numel() for t in tensors}  # storage -> its size
-        self.copies: list[tuple[str, tuple[int, ...], int]] = []  # (the call, the copy's shape, its storage)
-        self.call = None
+        self.elements = {t.untyped_storage().data_ptr(): t.numel() for t in tensors}  # memory -> its size
+        self.copies: list[tuple[str, tuple[int, ...], int]] = []  # (the call, the copy's shape, source size)
 
         class Calls(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
-                outermost = outer.call is None
-                if outermost:
-                    outer.call = getattr(func, "__name__", str(func))
-                try:
-                    return func(*args, **(kwargs or {}))
-                finally:
-                    if outermost:
-                        outer.call = None
-
-        class Ops(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 kwargs = kwargs or {}
                 out = func(*args, **kwargs)
-                given = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
-                sources = [outer.elements[p] for a in given
-                           if (p := a.untyped_storage().data_ptr()) in outer.elements]
-                others = [a for a in given if a.untyped_storage().data_ptr() not in outer.elements
-                          and a.is_floating_point() and a.numel() > 1]
-                if not sources or others or func.overloadpacket.__name__ in outer._PRODUCTS:
-                    return out  # not the keys or values alone: a product with the queries or the weights
-                for made in tree_flatten(out)[0]:
-                    if isinstance(made, torch.Tensor) and (p := made.untyped_storage().data_ptr()) \
-                            not in outer.elements:  # a new tensor computed from the keys or values
-                        if made.numel() > max(sources):
-                            outer.copies.append((outer.call or func.overloadpacket.__name__,
-                                                 tuple(made.shape), max(sources)))
-                        outer.kept.append(made)
-                        outer.elements[p] = made.numel()
+                name = getattr(func, "__name__", str(func))
+                outer.look(name, [*args, *kwargs.values()], out)
                 return out
 
-        self.modes = (Calls(), Ops())
+        self.mode = Calls()
+
+    def source(self, tensor) -> int | None:
+        """The size of the key/value memory `tensor` was made from, or None if it was not."""
+        if isinstance(tensor, torch.Tensor):
+            return self.elements.get(tensor.untyped_storage().data_ptr())
+        return None
+
+    def look(self, name: str, given: list, out) -> None:
+        given = given + [item for a in given if isinstance(a, (list, tuple)) for item in a]  # torch.cat([k, k])
+        tensors = [a for a in given if isinstance(a, torch.Tensor)]
+        sources = [size for a in tensors if (size := self.source(a)) is not None]
+        if not sources:
+            return
+        if name in self._MATMULS and len(tensors) == 2 and min(t.dim() for t in tensors) >= 3:
+            batch = torch.broadcast_shapes(*(t.shape[:-2] for t in tensors))
+            for t in tensors:
+                if (size := self.source(t)) is not None and t.shape[:-2] != batch:
+                    self.copies.append((name, (*batch, *t.shape[-2:]), size))
+        others = [a for a in tensors if self.source(a) is None and a.is_floating_point() and a.numel() > 1]
+        if others or name in self._PRODUCTS:
+            return  # not the keys or values alone: a product with the queries or the weights
+        for made in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(made, torch.Tensor) and self.source(made) is None:  # new memory, from the keys/values
+                if made.numel() > max(sources):
+                    self.copies.append((name, tuple(made.shape), max(sources)))
+                self.kept.append(made)
+                self.elements[made.untyped_storage().data_ptr()] = made.numel()
 
     def __enter__(self):
-        for mode in self.modes:
-            mode.__enter__()
+        self.mode.__enter__()
         return self
 
     def __exit__(self, *exc):
-        for mode in reversed(self.modes):
-            mode.__exit__(*exc)
+        return self.mode.__exit__(*exc)
 
 
 def _copy_feedback(call: str, shape: tuple[int, ...], source: int, group: int) -> str:
