@@ -48,28 +48,52 @@ def scaled_dot_product_attention(png_dir=None):
     save(fig, "scaled_dot_product_attention", png_dir)
 
 
+def _one_query_numbers():
+    """Chapter 2's scores and weights for the query of word 1, computed as the chapter computes them (the
+    same sentence, seeds and call order), rounded as it prints them."""
+    import torch
+    from torch import nn
+
+    import attention_book as ab
+
+    token_ids = ab.encode(ab.SENTENCE, ab.build_vocab(ab.SENTENCE))
+    torch.manual_seed(123)
+    x = nn.Embedding(6, 16)(token_ids).detach()  # (T, E) = (6, 16)
+    torch.manual_seed(123)
+    W_query, W_key = torch.rand(24, 16).T, torch.rand(24, 16).T  # (E, d_k) each; W_value is drawn third
+    omega = (x[1] @ W_query) @ (x @ W_key).T  # (T,)
+    alpha = torch.softmax(omega / 24**0.5, dim=0)  # (T,)
+    return [f"{w:.2f}".replace("-", "−") for w in omega.tolist()], [f"{a:.2f}" for a in alpha.tolist()]
+
+
 def one_query_walk(png_dir=None):
-    """Chapter 2: one query (word 1, "is") against the six keys: scores, softmax, the weighted sum of values."""
-    fig, ax = new_figure(9.6, 4.3, bottom=-0.1)
+    """Chapter 2: one query (word 1, "is") against the six keys: scores, softmax, the weighted sum of values,
+    with the numbers the chapter prints."""
+    omega, alpha = _one_query_numbers()
+    fig, ax = new_figure(9.6, 5.3, bottom=-0.1)
     words = ["Life", "is", "short", "eat", "dessert", "first"]
-    text(ax, 0.2, 3.95, "Attention for one word: the query of word 1, \u201cis\u201d, against every word's key",
+    sub = "₀₁₂₃₄₅"
+    text(ax, 0.2, 4.95, "Attention for one word: the query of word 1, \u201cis\u201d, against every word's key",
          size=FONT, ha="left", weight="bold")
-    x0, pitch, y_key, y_score, y_weight, y_value = 2.35, 1.1, 3.15, 2.3, 1.45, 0.6
+    x0, pitch, y_key, y_score, y_weight, y_value, y_sum = 2.35, 1.1, 4.05, 3.05, 2.05, 1.15, 0.3
     box(ax, 0.95, y_key, 1.1, 0.42, "q₁ = x₁ W_Q", style="query_strong", size=SMALL)
     text(ax, 0.95, y_score, "ω₁,ⱼ = q₁ · kⱼ", size=SMALL)
     text(ax, 0.95, y_weight, "α₁,ⱼ: softmax over j\nof ω₁,ⱼ / √d_k; six\nweights summing to 1", size=SMALL,
          linespacing=1.3)
-    text(ax, 0.95, y_value, "z₁ = Σⱼ α₁,ⱼ vⱼ", size=SMALL)
+    text(ax, 0.95, y_value, "α₁,ⱼ times\nthe value vⱼ", size=SMALL, linespacing=1.3)
     for j, word in enumerate(words):
         x = x0 + j * pitch
-        box(ax, x, y_key, 0.9, 0.42, f"k{'₀₁₂₃₄₅'[j]}", style="key", size=SMALL)
+        box(ax, x, y_key, 0.9, 0.42, f"k{sub[j]}", style="key", size=SMALL)
         text(ax, x, y_key + 0.4, word, size=SMALL, color=MUTED)
-        arrow(ax, (x, y_key - 0.21), (x, y_score + 0.17))
-        box(ax, x, y_score, 0.9, 0.34, f"ω₁,{'₀₁₂₃₄₅'[j]}", style="tensor", size=SMALL)
-        arrow(ax, (x, y_score - 0.17), (x, y_weight + 0.17))
-        box(ax, x, y_weight, 0.9, 0.34, f"α₁,{'₀₁₂₃₄₅'[j]}", style="query", size=SMALL)
-        box(ax, x, y_value, 0.9, 0.42, f"× v{'₀₁₂₃₄₅'[j]}", style="key_pale", size=SMALL)
-        arrow(ax, (x, y_weight - 0.17), (x, y_value + 0.21))
-    text(ax, x0 + 2.5 * pitch, y_value - 0.45, "added up: the context vector z₁, as wide as a value (d_v)",
-         size=SMALL, color=MUTED)
+        # q1 meets key j: an arrow from the query's row into each score
+        arrow(ax, (1.5, y_key - 0.12), (x - 0.3, y_score + 0.25))
+        arrow(ax, (x, y_key - 0.21), (x, y_score + 0.25))
+        box(ax, x, y_score, 0.9, 0.5, f"ω₁,{sub[j]}\n{omega[j]}", style="tensor", size=SMALL)
+        arrow(ax, (x, y_score - 0.25), (x, y_weight + 0.25))
+        box(ax, x, y_weight, 0.9, 0.5, f"α₁,{sub[j]}\n{alpha[j]}", style="query", size=SMALL)
+        arrow(ax, (x, y_weight - 0.25), (x, y_value + 0.21))
+        box(ax, x, y_value, 0.9, 0.42, f"× v{sub[j]}", style="key_pale", size=SMALL)
+        arrow(ax, (x, y_value - 0.21), (x0 + 2.5 * pitch + (j - 2.5) * 0.12, y_sum + 0.21))
+    box(ax, x0 + 2.5 * pitch, y_sum, 3.4, 0.42, "Σ:  z₁ = Σⱼ α₁,ⱼ vⱼ,  d_v wide", style="query_strong",
+        size=SMALL)
     save(fig, "one_query_walk", png_dir)

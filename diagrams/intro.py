@@ -45,11 +45,15 @@ def encoder_bottleneck(png_dir=None):
     for x, word in zip(xs, source, strict=True):
         text(ax, x, y - 0.55, word, size=SMALL, color=MUTED)
     box(ax, x_c, 1.75, 0.7, h, "c₃", style="key_strong", size=FONT)
-    for i, x in enumerate(xs):
-        arrow(ax, (x + 0.2, y + h / 2), (x_c - 0.35, 1.65 + 0.1 * i))
-    text(ax, 0.2, 1.75, "weights α₃,₁, α₃,₂, α₃,₃", size=SMALL, ha="left", color=MUTED)
+    for i, x in enumerate(xs):  # h_i -> c3, each arrow named by its weight, written just above its start
+        start, end = (x + 0.2, y + h / 2), (x_c - 0.35, 1.65 + 0.1 * i)
+        arrow(ax, start, end)
+        t = 0.22 if i < 2 else 0.3
+        text(ax, start[0] + t * (end[0] - start[0]) - 0.1, start[1] + t * (end[1] - start[1]) + 0.16,
+             f"α₃,{'₁₂₃'[i]}", size=SMALL, color=MUTED)
     recurrent(y, ds, ["s₁", "s₂", "s₃", "s₄"], "query")
-    arrow(ax, (x_c + 0.35, 1.75), (ds[2] - 0.15, y + h / 2))
+    arrow(ax, (ds[1] - 0.25, y + h / 2), (x_c + 0.35, 1.62))  # the previous state s2 scores every h_i
+    arrow(ax, (x_c + 0.35, 1.88), (ds[2] - 0.15, y + h / 2))
     for x, word in zip(ds, target, strict=True):
         text(ax, x, y - 0.55, word, size=SMALL, color=MUTED)
     text(ax, ds[0] - w / 2, 1.75, "c₃ = Σᵢ α₃,ᵢ hᵢ: weights from a softmax\nof the scores f(s₂, hᵢ), new at every step",

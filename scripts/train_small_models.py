@@ -7,11 +7,14 @@ go to src/attention_book/data/trained_small.json, which the chapters read.
 Run from the repository root:  .venv/bin/python scripts/train_small_models.py
 With the argument `heads` it runs only chapter 3's one-head experiment instead: the look-back model with
 H = 1 head of width 32 (same E, data, seed and Adam settings as the stored two-head one), trained for 3,000
-steps and measured after 300, 1,000, 2,000 and 3,000, written to src/attention_book/data/lookback_heads.json
-(the JSON records the seconds of the stored run, on the shared machine; the accuracies do not depend on its load).
+steps and measured after 300, 1,000, 2,000 and 3,000, written to src/attention_book/data/lookback_heads.json.
 (About 3 s each, 8 s for the whole script, on a quiet 2-core machine, where a rerun reproduced the stored
-weights bit for bit. The stored run itself took 126 s and 314 s on that machine shared at a load average of
-17: trained_small.json records the seconds of the run that made the stored weights.)
+weights bit for bit. The seconds in the JSON files are wall-clock times of the stored runs on a shared machine
+and measure its load, not the models: trained_small.json's `train_seconds` is the whole 300-step training of
+each model (126 s and 314 s at a load average of 17); lookback_heads.json's `seconds` are the time from the
+start of the one-head run to each measurement, evaluations included, at another load (6.4 s at step 300 but
+60.9 s at step 1,000). A rerun of the 300 steps at a load average of 12 took 73 s. Neither is the cost of the
+model, and the book quotes neither; the accuracies do not depend on the load.)
 """
 
 import dataclasses

@@ -143,7 +143,7 @@ WRONG = {
                          r"head h's columns are contiguous.*repeat_interleave, not repeat"),
     "ch3.mqa": (lambda q, k, v: torch.softmax(q @ k.repeat(1, q.shape[1] // k.shape[1], 1, 1).transpose(-2, -1)
                                               / q.shape[-1] ** 0.5, -1) @ v.repeat(1, q.shape[1] // k.shape[1], 1, 1),
-                r"consecutive query heads share one, so repeat_interleave, not repeat"),
+                r"consecutive query heads share one, so query heads h·\d … h·\d \+ \d use key/value head h"),
     "ch2.additive": (lambda q, k, W_1, W_2, v_a: ((q @ W_1)[:, None] + (k @ W_2)[None]) @ v_a,
                      r"the tanh is missing"),
     "ch3.mha_forward": (lambda x, in_w, in_b, out_w, out_b, H: torch.softmax(
@@ -254,14 +254,40 @@ def test_embed_grader_refuses_indexing_and_accepts_the_product():
 
 
 def test_mqa_grader_refuses_copied_key_value_heads():
-    """ch3-mqa asks for grouped-query attention without copying the shared heads: a repeat is told so."""
+    """ch3-mqa asks for grouped-query attention without copying the shared heads: a repeat is told so, and
+    so is a size-1 group axis broadcast by matmul (it materialises the expanded keys and values before its
+    bmm); the queries folded into (B, H_kv, G·T, d), or an einsum, copy nothing and pass."""
     def repeated(q, k, v):
         group = q.shape[-3] // k.shape[-3]
         k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
         return torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1) @ v
 
+    def broadcast(q, k, v):  # round 2's "no copy" solution: matmul copies k and v into each group
+        B, H, T, d = q.shape
+        q = q.reshape(B, k.shape[1], H // k.shape[1], T, d)
+        k, v = k[:, :, None], v[:, :, None]  # (B, H_kv, 1, S, d)
+        return (torch.softmax(q @ k.transpose(-2, -1) / d**0.5, -1) @ v).reshape(B, H, T, d)
+
+    def folded(q, k, v):
+        B, H, T, d = q.shape
+        q = q.reshape(B, k.shape[1], H // k.shape[1] * T, d)  # (B, H_kv, G·T, d): a view
+        return (torch.softmax(q @ k.transpose(-2, -1) / d**0.5, -1) @ v).reshape(B, H, T, d)
+
+    def summed(q, k, v):
+        B, H, T, d = q.shape
+        q = q.reshape(B, k.shape[1], H // k.shape[1], T, d)
+        scores = torch.einsum("bhgtd,bhsd->bhgts", q, k) / d**0.5
+        return torch.einsum("bhgts,bhsd->bhgtd", torch.softmax(scores, -1), v).reshape(B, H, T, d)
+
     result = checks.evaluate("ch3.mqa", repeated)
-    assert not result.passed and "the key/value heads were copied (repeat_interleave)" in result.message, result.message
+    assert not result.passed and "the key/value heads were copied (repeat_interleave made a" in result.message, \
+        result.message
+    result = checks.evaluate("ch3.mqa", broadcast)
+    assert not result.passed and re.search(r"copied: torch.matmul \(@\) broadcast a shared head over its group of \d query heads",
+                                           result.message), result.message
+    for right in (folded, summed):
+        result = checks.evaluate("ch3.mqa", right)
+        assert result.passed, result.message
 
 
 def test_padded_attention_grader_tests_an_empty_source():

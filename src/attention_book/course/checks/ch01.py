@@ -94,5 +94,7 @@ CHECKS: dict[str, Check] = {
     "ch1.embedding_grad": Check(check_embedding_grad, "embedding_grad_by_hand",
           forbidden=("torch.autograd.grad", "torch.autograd.backward")),
     "ch1.stable_softmax": Check(check_stable_softmax, "stable_softmax_by_hand",
-          forbidden=("torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax")),
+          forbidden=("torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax", "torch.special.softmax",
+                     "torch.log_softmax", "torch.nn.functional.log_softmax", "torch.Tensor.log_softmax",
+                     "torch.special.log_softmax")),
 }

@@ -1,9 +1,11 @@
 """Checks of chapter 3's graded exercises (multi-head attention); the registry entries at the end name each
 exercise, the function its solution cell defines and what it may not call (see `..checks`)."""
 
+import math
+
 import torch
 
-from .common import boolean_problem, case_generator, CASES, Check, matches, shape_problem, sizes, spy_tensor, value_problem
+from .common import boolean_problem, case_generator, CASES, Check, matches, shape_problem, sizes, value_problem
 
 
 def check_mha_forward(batched_mha_by_hand, seed: int = 0) -> str | None:
@@ -115,12 +117,97 @@ def grouped_attention(q, k, v, interleave: bool = True, scale: bool = True):
     return torch.softmax(scores, dim=-1) @ v
 
 
-_COPIES = {"repeat_interleave", "repeat", "expand", "expand_as", "tile", "broadcast_to", "cat", "stack", "concat"}
+class KeyValueCopies:
+    """While active (a torch function mode: every torch function, tensor method and operator the code calls),
+    logs each call that materialises the given keys and values, or a tensor computed from them alone, at a
+    larger size than the memory it was made from: a shared head copied into its group (`repeat_interleave`,
+    `repeat`, `cat`, an `expand` made contiguous by `reshape`), or `torch.matmul` (`@`) given keys or values
+    whose batch axes it must broadcast, which it does by materialising the expanded operand before its
+    batched product. Views (`expand`, `[:, :, None]`, a transpose) copy nothing and are not logged; what a
+    call computes from the keys or values together with another tensor (a product with the queries or the
+    weights: the scores, the context) is no longer the keys or values. (A dispatch mode would see matmul's
+    copy itself, but it imports torch._dynamo, which aborts a process that has loaded TensorFlow.)"""
+
+    _MATMULS = {"matmul", "__matmul__", "__rmatmul__"}
+    _PRODUCTS = _MATMULS | {"mm", "bmm", "addmm", "baddbmm", "addbmm", "mv", "dot", "vdot", "einsum",
+                            "tensordot", "linear"}
+
+    def __init__(self, *tensors: torch.Tensor):
+        from torch.overrides import TorchFunctionMode
+
+        outer = self
+        self.kept = list(tensors)  # alive while logging, so that no other tensor reuses their memory
+        self.elements = {t.untyped_storage().data_ptr(): t.numel() for t in tensors}  # memory -> its size
+        self.copies: list[tuple[str, tuple[int, ...], int]] = []  # (the call, the copy's shape, source size)
+
+        class Calls(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                kwargs = kwargs or {}
+                out = func(*args, **kwargs)
+                name = getattr(func, "__name__", str(func))
+                outer.look(name, [*args, *kwargs.values()], out)
+                return out
+
+        self.mode = Calls()
+
+    def source(self, tensor) -> int | None:
+        """The size of the key/value memory `tensor` was made from, or None if it was not."""
+        if isinstance(tensor, torch.Tensor):
+            return self.elements.get(tensor.untyped_storage().data_ptr())
+        return None
+
+    def look(self, name: str, given: list, out) -> None:
+        given = given + [item for a in given if isinstance(a, (list, tuple)) for item in a]  # torch.cat([k, k])
+        tensors = [a for a in given if isinstance(a, torch.Tensor)]
+        sources = [size for a in tensors if (size := self.source(a)) is not None]
+        if not sources:
+            return
+        if name in self._MATMULS and len(tensors) == 2 and min(t.dim() for t in tensors) >= 3:
+            batch = torch.broadcast_shapes(*(t.shape[:-2] for t in tensors))
+            for t in tensors:
+                if (size := self.source(t)) is not None and t.shape[:-2] != batch:
+                    self.copies.append((name, (*batch, *t.shape[-2:]), size))
+        others = [a for a in tensors if self.source(a) is None and a.is_floating_point() and a.numel() > 1]
+        if others or name in self._PRODUCTS:
+            return  # not the keys or values alone: a product with the queries or the weights
+        for made in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(made, torch.Tensor) and self.source(made) is None:  # new memory, from the keys/values
+                if made.numel() > max(sources):
+                    self.copies.append((name, tuple(made.shape), max(sources)))
+                self.kept.append(made)
+                self.elements[made.untyped_storage().data_ptr()] = made.numel()
+
+    def __enter__(self):
+        self.mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.mode.__exit__(*exc)
+
+
+def _copy_feedback(call: str, shape: tuple[int, ...], source: int, group: int) -> str:
+    """What `KeyValueCopies` found, said to the student."""
+    by_matmul = call in {"__matmul__", "__rmatmul__", "matmul"}
+    fix = ("fold the group into the query length instead: view q as (B, H_kv, H/H_kv·T, d), so that each "
+           "key/value head meets its group's queries in one ordinary batched product")
+    if by_matmul:
+        return (f"right context, but the key/value heads were copied: torch.matmul (@) broadcast a shared head "
+                f"over its group of {group} query heads by materialising a {shape} tensor ({_times(shape, source)} "
+                f"the keys or values it was made from); a size-1 group axis is a view, but the batched product "
+                f"copies it. {fix[0].upper() + fix[1:]}")
+    return (f"right context, but the key/value heads were copied ({call} made a {shape} tensor, "
+            f"{_times(shape, source)} the keys or values it was made from), which is what grouped-query "
+            f"attention saves: {fix}")
+
+
+def _times(shape: tuple[int, ...], source: int) -> str:
+    """How many times the copy's elements outnumber those of what it was made from."""
+    return f"{math.prod(shape) / source:g}×"
 
 
 def check_mqa(grouped_attention_by_hand, seed: int = 0) -> str | None:
     """Chapter 3: q (B, H, T, d), k and v (B, H_kv, S, d) -> grouped-query attention's context (B, H, T, d);
-    query head h uses key/value head h // (H / H_kv)."""
+    query head h uses key/value head h // (H / H_kv), and no key/value head is copied into its group."""
     for case in range(CASES):
         gen = case_generator(seed, case)
         B, T, S, d = sizes(gen, 4, 5)
@@ -129,25 +216,21 @@ def check_mqa(grouped_attention_by_hand, seed: int = 0) -> str | None:
         H = kv_heads * group
         q = torch.randn(B, H, T, d, generator=gen)
         k, v = torch.randn(B, kv_heads, S, d, generator=gen), torch.randn(B, kv_heads, S, d, generator=gen)
-        log = []
-        got = grouped_attention_by_hand(q.clone(), spy_tensor(k.clone(), log, _COPIES),
-                                        spy_tensor(v.clone(), log, _COPIES))
-        if isinstance(got, torch.Tensor):
-            got = got.as_subclass(torch.Tensor)
+        given_k, given_v = k.clone(), v.clone()
+        with KeyValueCopies(given_k, given_v) as watched:
+            got = grouped_attention_by_hand(q.clone(), given_k, given_v)
         if problem := shape_problem(got, (B, H, T, d), f"the context for H={H} query and H_kv={kv_heads} "
                                     f"key/value heads"):
             return problem
         expected = grouped_attention(q, k, v)
         if matches(got, expected):
-            if copies := [name for kind, name in log if kind == "flagged"]:
-                return (f"right context, but the key/value heads were copied ({copies[0]}), which is what "
-                        f"grouped-query attention saves: view the queries as (B, H_kv, H/H_kv, T, d) and the keys "
-                        f"and values as (B, H_kv, 1, S, d), so each shared head broadcasts over its group")
+            if watched.copies:
+                return _copy_feedback(*watched.copies[0], group)
             continue
         if kv_heads > 1 and matches(got, grouped_attention(q, k, v, interleave=False)):
             return (f"query head 1 used key/value head 1, but with H/H_kv = {group} query heads per group it "
-                    f"belongs to head 1 // {group} = 0: consecutive query heads share one, so repeat_interleave, "
-                    f"not repeat")
+                    f"belongs to head 1 // {group} = 0: consecutive query heads share one, so query heads "
+                    f"h·{group} … h·{group} + {group - 1} use key/value head h")
         if matches(got, grouped_attention(q, k, v, scale=False)):
             return f"the scores are not scaled: divide q kᵀ by √d = √{d}"
         return value_problem(got, expected, f"the context for H={H}, H_kv={kv_heads}: entry") or "wrong context"
