@@ -123,6 +123,8 @@ WRONG = {
         r"the token whose probability carries the running sum past p must be kept too"),
     "ch12.without_head": (lambda x, w, H, head: ch12.attention_without(_attention(w, H), x, [head], bias=False),
                           r"W\^O's bias belongs to no head"),
+    "ch12.generation_seconds": (lambda t1, tT, context, P, N: (N * tT, N * t1 + (tT - t1) / (context - 1) * (P - 1)),
+                                r"without the cache, call i runs on the P \+ i positions there are so far"),
     "ch1.embed": (lambda ids, table: table[: len(ids)], r"the embeddings of ids .*; position t gets row ids\[t\]"),
     "ch3.mask_to_sdpa": (lambda attn_mask, key_padding_mask: attn_mask[None, None] | key_padding_mask[:, None, None, :],
                          r"the convention is flipped: nn.MultiheadAttention's True means blocked"),

@@ -220,6 +220,76 @@ def check_without_head(without_head, seed: int = 0) -> str | None:
     return None
 
 
+def generation_variants(t_one: float, t_full: float, context: int, prompt_length: int,
+                        new_tokens: int) -> dict[str, tuple[float, float]]:
+    """Generation's (uncached, cached) seconds by the straight-line fit t(n) = fixed + n·per_position
+    through (1, t_one) and (context, t_full), and what common mistakes compute instead, by name. Uncached,
+    call i runs on P + i positions (i = 0 … N − 1); cached, a prefill of P, then N − 1 calls of one."""
+    P, N = prompt_length, new_tokens
+    uncached_positions = N * P + N * (N - 1) // 2  # P + (P + 1) + … + (P + N − 1)
+    cached_positions = P + N - 1
+
+    def totals(fixed, per):
+        return N * fixed + per * uncached_positions, N * fixed + per * cached_positions
+
+    per = (t_full - t_one) / (context - 1)
+    right = totals(t_one - per, per)
+    return {
+        "right": right,
+        "no fixed cost": totals(0.0, t_full / context),
+        "full context": (N * t_full, right[1]),
+        "no prefill": (right[0], N * t_one),
+        "slope over context": totals(t_one - (t_full - t_one) / context, (t_full - t_one) / context),
+        "swapped": (right[1], right[0]),
+    }
+
+
+GENERATION_FEEDBACK = {
+    "no fixed cost": "a call's time is not proportional to its length: fit t(n) = fixed + n·per_position "
+                     "through t(1) and t(context); every call pays the fixed part, cached or not",
+    "full context": "without the cache, call i runs on the P + i positions there are so far, not on the "
+                    "whole context: P, P + 1, …, P + N − 1 positions",
+    "no prefill": "with the cache, the first call is the prefill of all P prompt positions; only the N − 1 "
+                  "calls after it run on one position",
+    "slope over context": "the two timings are context − 1 positions apart: per_position = "
+                          "(t_full − t_one) / (context − 1)",
+    "swapped": "return (uncached, cached): the uncached time is the larger",
+}
+
+
+def _close(got: tuple[float, float], pair: tuple[float, float]) -> bool:
+    """Both predicted times agree to a relative 1e-6."""
+    return all(math.isclose(g, e, rel_tol=1e-6) for g, e in zip(got, pair, strict=True))
+
+
+def check_generation_seconds(generation_seconds, seed: int = 0) -> str | None:
+    """Chapter 12: t_one and t_full (seconds of one forward call on 1 and on `context` positions), context,
+    prompt_length P and new_tokens N -> (uncached, cached) seconds to generate N tokens, by the
+    straight-line fit of a call's time against its length."""
+    for case in range(CASES):
+        gen = case_generator(seed, case)
+        t_one = 1e-4 * (1 + float(torch.rand(1, generator=gen)))
+        t_full = t_one * (1.5 + 4 * float(torch.rand(1, generator=gen)))
+        context = int(torch.randint(16, 257, (1,), generator=gen))
+        P = int(torch.randint(2, context // 2, (1,), generator=gen))
+        N = int(torch.randint(2, context - P + 2, (1,), generator=gen))  # P + N − 1 <= context
+        variants = generation_variants(t_one, t_full, context, P, N)
+        where = f"t_one={t_one:.4g}, t_full={t_full:.4g}, context={context}, P={P}, N={N}"
+        got = generation_seconds(t_one, t_full, context, P, N)
+        if not (isinstance(got, (tuple, list)) and len(got) == 2):
+            return f"{where}: return a pair (uncached seconds, cached seconds), got {type(got).__name__}"
+        got = tuple(float(g) for g in got)
+        if _close(got, variants["right"]):
+            continue
+        for name, wrong in variants.items():
+            if name != "right" and _close(got, wrong):
+                return f"{where}: {GENERATION_FEEDBACK[name]}"
+        uncached, cached = variants["right"]
+        return (f"{where}: expected (uncached, cached) = ({uncached:.6g}, {cached:.6g}) seconds, "
+                f"got ({got[0]:.6g}, {got[1]:.6g})")
+    return None
+
+
 CHECKS: dict[str, Check] = {
     "ch12.block": Check(check_block, "block_by_hand",
           forbidden=("attention_book.decoder.DecoderBlock.forward",
@@ -233,4 +303,5 @@ CHECKS: dict[str, Check] = {
     "ch12.without_head": Check(check_without_head, "without_head",
           forbidden=("attention_book.gpt.ablated", "attention_book.multihead.MultiHeadAttention.forward",
                      "torch.nn.functional.scaled_dot_product_attention")),
+    "ch12.generation_seconds": Check(check_generation_seconds, "generation_seconds"),
 }
