@@ -14,6 +14,10 @@ them alike; every row stores the median and the quartiles of its REPEATS timings
 with other jobs while this ran: compare ratios within one batch size whose ranges do not overlap, never
 absolute times across runs. Two rows time the same configuration on purpose (the full cache at the
 longest context, and "MHA" among the variants): their gap shows how far identical work can drift.
+In the context rows, `cache_bytes_full` is what a full cache's step reads (the context's keys and values);
+`held_full` and `held_window` are the bytes the prefilled caches' buffers hold, room for the timed steps
+and the whole ring of the window included (so at a context below the window the ring holds more than it
+reads). The copy's quartiles are of its rate: q1 the slower.
 """
 
 import math
@@ -138,8 +142,10 @@ def measure_batch(base: DecoderConfig, batch: int) -> tuple[list[dict], list[dic
     steps[("copy",)] = lambda: target.copy_(source)
     times = interleaved_times(steps, REPEATS, progress=True)
     timed = {key: spread(seconds) for key, seconds in times.items()}
+    rate = {k: 2 * source.nbytes / v / 1e9 for k, v in timed[("copy",)].items()}  # read + write
+    # a rate is the inverse of a time: the slow quartile of the times is the low quartile of the rates
     copy = {"batch": batch, "megabytes": COPY_MB,
-            "gb_per_s": {k: 2 * source.nbytes / v / 1e9 for k, v in timed[("copy",)].items()}}  # read + write
+            "gb_per_s": {"median": rate["median"], "q1": rate["q3"], "q3": rate["q1"]}}
     long = [{"batch": batch, "variant": name, "context": LONG_CONTEXT, **timed[("long", name)]}
             for name in (*VARIANTS, BROADCAST)]
     heads = [{"batch": batch, "num_kv_heads": kv, "context": KV_CONTEXT, **timed[("heads", kv)],
@@ -148,7 +154,7 @@ def measure_batch(base: DecoderConfig, batch: int) -> tuple[list[dict], list[dic
     contexts = [{"batch": batch, "context": c, "full": timed[("full", c)], "window": timed[("window", c)],
                  "cache_bytes_full": kv_cache_bytes(base.num_layers, base.num_heads, base.embed_dim // base.num_heads,
                                                     c, 4, batch=batch),
-                 "bytes_full": held[("full", c)], "bytes_window": held[("window", c)]} for c in CONTEXTS]
+                 "held_full": held[("full", c)], "held_window": held[("window", c)]} for c in CONTEXTS]
     return heads, contexts, long, copy
 
 

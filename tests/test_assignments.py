@@ -210,6 +210,11 @@ WRONG = {
                                                           n + 1)[2:],
                         r"you attended over the whole buffer"),
     "ch7.fit_bandwidth": (lambda b, t: tuple(np.polyfit(b, t, 1)[::-1]), r"your bandwidth is the slope"),
+    "ch8.sink_slots": (lambda length, window, sinks: torch.cat([
+        torch.arange(min(length, sinks)),  # the ring counted from position 0, not from the sinks
+        torch.tensor([max((p for p in range(sinks, length) if p % window == j), default=-1)
+                      for j in range(min(max(length - sinks, 0), window))], dtype=torch.long)]),
+                       r"the ring is counted from position 0"),
     "ch8.grouped_decode": (lambda q, k, v: torch.softmax(q @ k.repeat(1, q.shape[1] // k.shape[1], 1, 1).mT
                                                          / q.shape[-1] ** 0.5, -1)
                            @ v.repeat(1, q.shape[1] // k.shape[1], 1, 1),

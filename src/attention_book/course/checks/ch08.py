@@ -1,4 +1,4 @@
-"""Checks of chapter 8's graded exercises (storing less: the cache's size, the ring); the registry entries at the end name each
+"""Checks of chapter 8's graded exercises (storing less: the cache's size, the ring, the ring with sinks, grouped decode); the registry entries at the end name each
 exercise, the function its solution cell defines and what it may not call (see `..checks`)."""
 
 
@@ -62,6 +62,36 @@ def check_ring_slots(ring_slots, seed: int = 0) -> str | None:
     return None
 
 
+def check_sink_slots(sink_slots, seed: int = 0) -> str | None:
+    """Chapter 8: after positions 0 … length − 1 went into a ring of `sinks` fixed slots and `window` rolling
+    ones (position p < sinks in slot p, a later one in slot sinks + (p − sinks) mod window), the position
+    each slot holds, in slot order."""
+    for case in range(CASES):
+        gen = case_generator(seed, case)
+        window, sinks = sizes(gen, 2, 7)
+        length = sizes(gen, 1, 3 * (sinks + window))[0]
+        expected = RingKVCache(window, sinks=sinks).slot_positions(length)
+        got = torch.as_tensor(sink_slots(length, window, sinks)).flatten()
+        setting = f"length={length}, window={window}, sinks={sinks}"
+        if len(got) != len(expected):
+            return (f"{setting}: the ring holds min(length, sinks + window) = {len(expected)} positions, yours "
+                    f"gives {len(got)}")
+        if torch.equal(got, expected):
+            continue
+        if torch.equal(got, RingKVCache(sinks + window).slot_positions(length)):
+            return (f"{setting}: that is a plain ring of {sinks + window} slots, which overwrites the sinks; "
+                    f"positions 0 … {sinks - 1} keep slots 0 … {sinks - 1} forever")
+        # the ring's slots counted from position 0: slot sinks + p mod window
+        from_zero = [max((p for p in range(sinks, length) if p % window == j), default=-1)
+                     for j in range(len(expected) - min(length, sinks))]
+        if got[sinks:].tolist() == from_zero:
+            return (f"{setting}: the ring is counted from position 0; it starts after the sinks, so position p ≥ "
+                    f"sinks goes to slot sinks + (p − sinks) mod window")
+        k = int(torch.nonzero(got != expected)[0])
+        return f"{setting}: slot {k} should hold position {int(expected[k])}, yours says {int(got[k])}"
+    return None
+
+
 def check_grouped_decode(grouped_decode, seed: int = 0) -> str | None:
     """Chapter 8: one decode step of H query heads over H_kv shared key/value heads, query head h reading
     key/value head h // (H / H_kv), without copying the keys and values per query head."""
@@ -98,6 +128,8 @@ CHECKS: dict[str, Check] = {
     "ch8.cache_size": Check(check_cache_size, "kv_cache_size",
           forbidden=("attention_book.kv_cache.kv_cache_bytes",)),
     "ch8.ring_slots": Check(check_ring_slots, "ring_slots",
+          forbidden=("attention_book.kv_cache.RingKVCache.slot_positions",)),
+    "ch8.sink_slots": Check(check_sink_slots, "sink_slots",
           forbidden=("attention_book.kv_cache.RingKVCache.slot_positions",)),
     "ch8.grouped_decode": Check(check_grouped_decode, "grouped_decode",
           forbidden=("attention_book.multihead.grouped_attention", "torch.repeat_interleave",
