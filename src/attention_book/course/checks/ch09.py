@@ -170,8 +170,9 @@ CHECKS: dict[str, Check] = {
           forbidden=("attention_book.efficient.tiled_attention", "attention_book.efficient.tiled_attention_forward",
                      "attention_book.attention.scaled_dot_product_attention",
                      "torch.nn.functional.scaled_dot_product_attention"),
-          largest=lambda q, k, v, block: max(block * max(block, q.shape[1], v.shape[1]), q.shape[0] * v.shape[1],
-                                            k.numel(), v.numel()),
+          # a tile, a block of queries' row of keys (a mask row, say), the inputs, the output
+          largest=lambda q, k, v, block: max(block * max(block, len(k), q.shape[1], v.shape[1]),
+                                            len(q) * v.shape[1], k.numel(), v.numel()),
           method=("compute one (query block, key block) tile of scores at a time, never the whole (T, S) "
                   "matrix")),
     "ch9.tiled_backward": Check(check_tiled_backward, "tiled_backward_by_hand",
