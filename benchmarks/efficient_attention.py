@@ -1,6 +1,6 @@
 """Chapter 9's measurement: naive, tiled and PyTorch's fused attention on CPU as T grows; time and peak memory.
 
-Run from the repository root (about ten minutes on a shared 2-core CPU):
+Run from the repository root (about 12 minutes on a shared 2-core CPU):
     .venv/bin/python benchmarks/efficient_attention.py
 The result goes to src/attention_book/data/efficient_attention_cpu.json, which chapter 9 plots.
 At each length every round runs the six calls (three methods, without and with the causal mask) in turn,

@@ -1,7 +1,7 @@
 """Chapter 9's training measurement: a forward and a backward pass of naive, tiled and PyTorch's fused
 attention on CPU as T grows; time and peak memory.
 
-Run from the repository root (a few minutes on a shared 2-core CPU):
+Run from the repository root (about ten minutes on a shared 2-core CPU):
     .venv/bin/python benchmarks/efficient_attention_backward.py
 The result goes to src/attention_book/data/efficient_attention_backward_cpu.json, which chapter 9 plots.
 As in efficient_attention.py, at each length every round runs the six calls (three methods, without and
