@@ -3,6 +3,8 @@ solutions. Sandboxed grading and its cheats: test_grading.py."""
 
 import dataclasses
 import re
+import subprocess
+import sys
 
 import nbformat
 import numpy as np
@@ -11,7 +13,7 @@ import torch
 
 import attention_book.multihead
 from attention_book.course import checks, notebooks as assignments
-from attention_book.course.checks import ch12
+from attention_book.course.checks import ch09, ch12
 from attention_book.notebook_form import label_of
 from attention_book.keras_decoder import KerasDecoderConfig, decoder_forward, keras_weight_map
 from attention_book.positions import apply_rope
@@ -181,14 +183,11 @@ WRONG = {
                                                        @ v[i:i + block] for i in range(0, len(k), block))
                             / len(range(0, len(k), block)),
                             r"you averaged the blocks' outputs"),
-    "ch9.causal_tiles": (lambda q, k, v, block: (torch.softmax((q @ k.T / q.shape[1] ** 0.5).masked_fill(
-                             ~torch.ones(len(q), len(k), dtype=torch.bool).tril(), float("-inf")), -1) @ v, 0),
+    "ch9.causal_tiles": (lambda q, k, v, block: _causal_tiles_by_hand(q, k, v, block, top_left=True),
                          r"your mask is top-left: the queries are the last T positions"),
-    "ch9.tiled_backward": (lambda q, k, v, o, lse, d_o, block: (
-        (torch.exp(q @ k.T / q.shape[1] ** 0.5 - lse[:, None]) * (d_o @ v.T)) @ k / q.shape[1] ** 0.5,
-        (torch.exp(q @ k.T / q.shape[1] ** 0.5 - lse[:, None]) * (d_o @ v.T)).T @ q / q.shape[1] ** 0.5,
-        torch.exp(q @ k.T / q.shape[1] ** 0.5 - lse[:, None]).T @ d_o),
-        r"dZ = P ∘ dP misses the softmax's Jacobian"),
+    "ch9.tiled_backward": (lambda q, k, v, o, lse, d_o, block: _tiled_backward_by_hand(q, k, v, o, lse, d_o, block,
+                                                                                        with_d=False),
+                           r"dZ = P ∘ dP misses the softmax's Jacobian"),
     "ch4.padding_mask": (lambda lengths, S: torch.arange(S) <= lengths[:, None],
                          r"sequence \d+ has length \d+: your mask lets queries see padded position \d+"),
     "ch6.torch_port": (lambda weights: _port_without_transposes(weights),
@@ -537,17 +536,85 @@ def test_ch9_graders_refuse_code_without_the_guard(name, function):
     assert re.search(r"NaN.*subtract 0", result.message), result.message
 
 
+def _causal_tiles_by_hand(q, k, v, block, top_left=False, every_tile=False):
+    """Chapter 9's causal tiled attention, one tile at a time, with the mask's corner and the skipping as
+    arguments: the wrong answers below."""
+    T, S = len(q), len(k)
+    offset = 0 if top_left else S - T
+    out, tiles = torch.empty(T, v.shape[1], dtype=q.dtype), 0
+    for i in range(0, T, block):
+        q_i = q[i:i + block] / q.shape[1] ** 0.5  # (n, d)
+        n = len(q_i)
+        pos = torch.arange(offset + i, offset + i + n)
+        m = torch.full((n, 1), float("-inf"), dtype=q.dtype)
+        total, acc = torch.zeros(n, 1, dtype=q.dtype), torch.zeros(n, v.shape[1], dtype=q.dtype)
+        for j in range(0, S if every_tile else min(S, offset + i + n), block):
+            z = (q_i @ k[j:j + block].T).masked_fill(torch.arange(j, min(j + block, S)) > pos[:, None], float("-inf"))
+            m_new = torch.maximum(m, z.amax(-1, keepdim=True))
+            shift = m_new.masked_fill(torch.isneginf(m_new), 0.0)
+            p = torch.exp(z - shift)
+            total = total * torch.exp(m - shift) + p.sum(-1, keepdim=True)
+            acc = acc * torch.exp(m - shift) + p @ v[j:j + block]
+            m, tiles = m_new, tiles + 1
+        out[i:i + n] = acc / total
+    return out, tiles
+
+
+def _tiled_backward_by_hand(q, k, v, o, lse, d_o, block, with_d=True):
+    """Chapter 9's tiled backward (key blocks outside); without D it is the wrong answer above."""
+    scale = q.shape[1] ** -0.5
+    delta = (d_o * o).sum(-1, keepdim=True) if with_d else 0.0
+    d_q, d_k, d_v = torch.zeros_like(q), torch.empty_like(k), torch.empty_like(v)
+    for j in range(0, len(k), block):
+        p = torch.exp(q @ k[j:j + block].T * scale - lse[:, None])  # (T, b)
+        d_v[j:j + block] = p.T @ d_o
+        d_z = p * (d_o @ v[j:j + block].T - delta)
+        d_q += d_z @ k[j:j + block] * scale
+        d_k[j:j + block] = d_z.T @ q * scale
+    return d_q, d_k, d_v
+
+
 def test_ch9_causal_tiles_grader_counts_skipped_tiles():
     """The right output from every tile, the future included, is told to skip (issue 44)."""
-    def every_tile(q, k, v, block):
+    result = checks.evaluate("ch9.causal_tiles", lambda q, k, v, block: _causal_tiles_by_hand(q, k, v, block,
+                                                                                              every_tile=True))
+    assert not result.passed
+    assert re.search(r"you computed all \d+ tiles .* only \d+ touch the causal past", result.message), result.message
+
+
+def test_ch9_tiled_graders_refuse_the_whole_matrix():
+    """Round 2: a right answer from the whole (T, S) matrix once passed "causal tiles" and "tiled backward"
+    (the first returning the right tile count); the graders now measure the largest tensor made."""
+    def whole_causal(q, k, v, block):
         T, S = len(q), len(k)
         mask = torch.ones(T, S, dtype=torch.bool).tril(S - T)
         out = torch.softmax((q @ k.T / q.shape[1] ** 0.5).masked_fill(~mask, float("-inf")), -1) @ v
-        return out, -(-T // block) * -(-S // block)
+        return out, ch09.causal_tiles(T, S, block)
 
-    result = checks.evaluate("ch9.causal_tiles", every_tile)
-    assert not result.passed
-    assert re.search(r"you computed all \d+ tiles .* only \d+ touch the causal past", result.message), result.message
+    def whole_backward(q, k, v, o, lse, d_o, block):
+        p = torch.exp(q @ k.T / q.shape[1] ** 0.5 - lse[:, None])  # (T, S)
+        d_z = p * (d_o @ v.T - (d_o * o).sum(-1, keepdim=True))
+        return d_z @ k / q.shape[1] ** 0.5, d_z.T @ q / q.shape[1] ** 0.5, p.T @ d_o
+
+    for name, function in (("ch9.causal_tiles", whole_causal), ("ch9.tiled_backward", whole_backward)):
+        result = checks.evaluate(name, function)
+        assert not result.passed, name
+        assert re.search(r"never the whole \(T, S\) matrix: your function made a tensor of \d+ elements",
+                         result.message), result.message
+    assert checks.evaluate("ch9.causal_tiles", _causal_tiles_by_hand).passed
+    assert checks.evaluate("ch9.tiled_backward", _tiled_backward_by_hand).passed
+
+
+def test_ch9_tiled_backward_grader_switches_off_tensor_backward(tmp_path):
+    """Round 2: an answer calling out.backward(d_o) passed; the grader's worker now makes Tensor.backward (and
+    torch.autograd.backward, which it calls) raise."""
+    assert {"torch.Tensor.backward", "torch.autograd.backward"} <= set(checks.CHECKS["ch9.tiled_backward"].forbidden)
+    script = ("import torch\nfrom attention_book.course.worker import forbid, ForbiddenCall\n"
+              "forbid(['torch.Tensor.backward', 'torch.autograd.backward'])\n"
+              "x = torch.ones(2, requires_grad=True)\n"
+              "try:\n    (x * x).sum().backward()\nexcept ForbiddenCall as error:\n    print(error)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120)
+    assert "backward is switched off" in done.stdout, done.stdout + done.stderr
 
 
 def test_an_exact_bandwidth_fit_passes_at_every_seed():

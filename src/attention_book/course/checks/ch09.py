@@ -103,6 +103,8 @@ def check_causal_tiled_attention(causal_tiled_attention_by_hand, seed: int = 0) 
         gen = case_generator(seed, case)
         T, extra, d = sizes(gen, 3, 9)
         S, block = T + extra - 1, int(torch.randint(1, 5, (1,), generator=gen))
+        if case == 0:  # more keys than the head dim: a (T, S) matrix outgrows every tile and output
+            T, S, d, block = 6, 13, 3, 2
         q, k, v = (torch.randn(n, d, generator=gen, dtype=torch.float64) for n in (T, S, S))
         output, tiles = causal_tiled_attention_by_hand(q, k, v, block)
         expected, _ = scaled_dot_product_attention(q, k, v, torch.ones(T, S, dtype=torch.bool).tril(S - T))
@@ -130,6 +132,8 @@ def check_tiled_backward(tiled_backward_by_hand, seed: int = 0) -> str | None:
         gen = case_generator(seed, case)
         T, S, d = sizes(gen, 3, 8)
         block = int(torch.randint(1, 5, (1,), generator=gen))
+        if case == 0:  # more queries and keys than the head dim: a (T, S) matrix outgrows every tile
+            T, S, d, block = 9, 14, 3, 4
         q, k, v, d_o = (torch.randn(n, d, generator=gen, dtype=torch.float64) for n in (T, S, S, T))
         x = [t.clone().requires_grad_() for t in (q, k, v)]
         scores = x[0] @ x[1].T / math.sqrt(d)  # (T, S)
@@ -150,6 +154,12 @@ def check_tiled_backward(tiled_backward_by_hand, seed: int = 0) -> str | None:
     return None
 
 
+def _backward_bound(q, k, v, o, lse, d_o, block) -> int:
+    """The most elements one tensor of the tiled backward needs: a (T, block) tile, or a gradient."""
+    T, S = q.shape[0], k.shape[0]
+    return max(T * block, T * q.shape[1], T * v.shape[1], S * k.shape[1], S * v.shape[1])
+
+
 CHECKS: dict[str, Check] = {
     "ch9.running_max_and_sum": Check(check_running_max_and_sum, "running_max_and_sum",
           forbidden=("attention_book.efficient.online_softmax", "attention_book.efficient.online_max_and_sum"),
@@ -159,8 +169,16 @@ CHECKS: dict[str, Check] = {
     "ch9.causal_tiles": Check(check_causal_tiled_attention, "causal_tiled_attention_by_hand",
           forbidden=("attention_book.efficient.tiled_attention", "attention_book.efficient.tiled_attention_forward",
                      "attention_book.attention.scaled_dot_product_attention",
-                     "torch.nn.functional.scaled_dot_product_attention")),
+                     "torch.nn.functional.scaled_dot_product_attention"),
+          # a tile, a block of queries' row of keys (a mask row, say), the inputs, the output
+          largest=lambda q, k, v, block: max(block * max(block, len(k), q.shape[1], v.shape[1]),
+                                            len(q) * v.shape[1], k.numel(), v.numel()),
+          method=("compute one (query block, key block) tile of scores at a time, never the whole (T, S) "
+                  "matrix")),
     "ch9.tiled_backward": Check(check_tiled_backward, "tiled_backward_by_hand",
           forbidden=("attention_book.efficient.tiled_attention_backward", "attention_book.efficient.tiled_attention",
-                     "torch.autograd.grad")),
+                     "torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward"),
+          largest=_backward_bound,
+          method=("recompute P one block of keys at a time, (T, block) per tile, never the whole (T, S) "
+                  "matrix")),
 }
