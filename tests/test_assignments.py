@@ -609,8 +609,8 @@ def test_ch9_tiled_backward_grader_switches_off_tensor_backward(tmp_path):
     """Round 2: an answer calling out.backward(d_o) passed; the grader's worker now makes Tensor.backward (and
     torch.autograd.backward, which it calls) raise."""
     assert {"torch.Tensor.backward", "torch.autograd.backward"} <= set(checks.CHECKS["ch9.tiled_backward"].forbidden)
-    script = ("import torch\nfrom attention_book.course.worker import forbid, ForbiddenCall\n"
-              "forbid(['torch.Tensor.backward', 'torch.autograd.backward'])\n"
+    script = ("import torch\nfrom attention_book.course.forbid import Forbidden, ForbiddenCall\n"
+              "Forbidden(['torch.Tensor.backward', 'torch.autograd.backward']).__enter__()\n"
               "x = torch.ones(2, requires_grad=True)\n"
               "try:\n    (x * x).sum().backward()\nexcept ForbiddenCall as error:\n    print(error)\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120)
