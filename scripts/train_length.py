@@ -9,8 +9,11 @@ src/attention_book/data/induction_length.json, with each training run's wall-clo
 from the repository root (about 45 s of CPU for the training, 2 minutes in all, on one thread):
     OMP_NUM_THREADS=1 .venv/bin/python scripts/train_length.py
 On a machine shared with other work, one thread wastes no CPU time waiting for the other.
+With --measure-only it trains nothing: it measures the stored weights again with today's `evaluate` and
+`evaluate_length` and rewrites only those numbers (the weights, curves and times stay as they are).
 """
 
+import argparse
 import json
 import resource
 from pathlib import Path
@@ -42,7 +45,24 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def measure_only() -> None:
+    """Re-measure the stored models; weights, curves and training times are left as stored."""
+    stored = json.loads((DATA / "induction_length.json").read_text())
+    for positions in ALL_KINDS:
+        model, _ = load_trained(positions)
+        if positions in stored["variants"]:
+            stored["variants"][positions]["metrics"] = evaluate(model, *evaluation_batch(model.config))
+        trained = 2 * model.config.half_length
+        stored["length"][positions] = {str(f * trained): evaluate_length(model, f * trained)
+                                       for f in LENGTH_FACTORS}
+    (DATA / "induction_length.json").write_text(json.dumps(stored, indent=1) + "\n")
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--measure-only", action="store_true", help="re-measure the stored weights, train nothing")
+    if parser.parse_args().measure_only:
+        return measure_only()
     train_config = TrainConfig()
     result = {"machine": machine(), "train": config_dict(train_config), "variants": {}, "length": {}}
     models = {}

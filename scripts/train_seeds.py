@@ -9,11 +9,14 @@ This script trains, with the same settings (`TrainConfig`, only the seed changes
 - the model without positions but with a learned start-of-sequence vector (`start_token`), seeds 0, 1, 2
   (Kazemnejad et al., 2023: a causal model can recover positions from a start token).
 It stores metrics and curves, no weights, in src/attention_book/data/induction_seeds.json. Run from the
-repository root on one thread (about 20 runs of 20 to 30 s of CPU each on a quiet machine):
-    OMP_NUM_THREADS=1 .venv/bin/python scripts/train_seeds.py
+repository root, each run on one thread (17 runs of 20 to 30 s of CPU each on a quiet machine);
+--processes N runs N of them at once, with the same results:
+    OMP_NUM_THREADS=1 .venv/bin/python scripts/train_seeds.py --processes 4
 """
 
+import argparse
 import json
+import multiprocessing
 import resource
 from dataclasses import replace
 from pathlib import Path
@@ -61,7 +64,37 @@ def stored_seed_0(kind: str, length_record: dict) -> dict:
     return {"metrics": evaluate(model, *evaluation_batch(model.config)), "length": lengths}
 
 
+def run_one(group: str, what, seed: int) -> tuple[dict, float]:
+    """One training run of `runs` on one thread: its stored entry and the CPU seconds it used."""
+    torch.set_num_threads(1)
+    began_cpu = resource.getrusage(resource.RUSAGE_SELF)
+    settings = replace(TrainConfig(), seed=seed)
+    if group == "seeds":
+        config = InductionConfig(positions=what)
+    elif group == "probed":
+        config = InductionConfig(positions="learned", num_layers=what)
+    else:
+        config = InductionConfig(positions="none", start_token=True)
+    began = perf_counter()
+    model, curve = train(config, settings, probe=group == "probed")
+    seconds = round(perf_counter() - began, 1)
+    if group == "seeds":
+        entry = summary(model, config)
+    elif group == "probed":
+        entry = {"config": config_dict(config), "curve": curve, "train_seconds": seconds,
+                 "metrics": evaluate(model, *evaluation_batch(config))}
+    else:
+        entry = summary(model, config)
+        entry["config"], entry["train_seconds"] = config_dict(config), seconds
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return entry, used.ru_utime + used.ru_stime - began_cpu.ru_utime - began_cpu.ru_stime
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--processes", type=int, default=1,
+                        help="runs in parallel, each on one thread (the results do not depend on it)")
+    processes = parser.parse_args().processes
     torch.set_num_threads(1)
     start_cpu = resource.getrusage(resource.RUSAGE_SELF)
     train_config = TrainConfig()
@@ -73,32 +106,27 @@ def main() -> None:
             + [("start_token", "none", seed) for seed in (0, 1, 2)])
     for kind in KINDS:
         result["seeds"][kind] = {"0": stored_seed_0(kind, length_record)}
-    for group, what, seed in tqdm(runs, desc="training runs"):
-        settings = replace(train_config, seed=seed)
+    longest_first = sorted(runs, key=lambda run: run[0] == "seeds")  # probed and start-token runs take longer
+    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+        done = list(tqdm(pool.imap(run_one_star, longest_first), total=len(runs), desc="training runs"))
+    for (group, what, seed), (entry, _) in zip(longest_first, done, strict=True):
         if group == "seeds":
-            config = InductionConfig(positions=what)
+            result["seeds"][what][str(seed)] = entry
         elif group == "probed":
-            config = InductionConfig(positions="learned", num_layers=what)
+            result["probed"].setdefault(f"{what}-layer", {})[str(seed)] = entry
         else:
-            config = InductionConfig(positions="none", start_token=True)
-        began = perf_counter()
-        model, curve = train(config, settings, probe=group == "probed")
-        seconds = round(perf_counter() - began, 1)
-        if group == "seeds":
-            result["seeds"][what][str(seed)] = summary(model, config)
-        elif group == "probed":
-            key = f"{what}-layer"
-            entry = {"config": config_dict(config), "curve": curve, "train_seconds": seconds,
-                     "metrics": evaluate(model, *evaluation_batch(config))}
-            result["probed"].setdefault(key, {})[str(seed)] = entry
-        else:
-            entry = summary(model, config)
-            entry["config"], entry["train_seconds"] = config_dict(config), seconds
             result["start_token"][str(seed)] = entry
     used = resource.getrusage(resource.RUSAGE_SELF)
-    result["total_cpu_seconds"] = round(used.ru_utime + used.ru_stime - start_cpu.ru_utime - start_cpu.ru_stime, 1)
+    own = used.ru_utime + used.ru_stime - start_cpu.ru_utime - start_cpu.ru_stime
+    result["total_cpu_seconds"] = round(own + sum(cpu for _, cpu in done), 1)
+    result["processes"] = processes
     (DATA / "induction_seeds.json").write_text(json.dumps(result, indent=1) + "\n")
     print("stored", DATA / "induction_seeds.json", f"({result['total_cpu_seconds']:.0f} s of CPU)")
+
+
+def run_one_star(run: tuple) -> tuple[dict, float]:
+    """`run_one` for Pool.imap, which passes one argument."""
+    return run_one(*run)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from attention_book.induction import (
+    any_copy_score,
     POSITION_KINDS,
     AttentionOnly,
     InductionConfig,
@@ -105,11 +106,11 @@ def test_scores_of_hand_made_attention_patterns():
     induction = torch.zeros(1, 1, T, T)
     induction[0, 0, torch.arange(T), torch.arange(T)] = 1.0
     induction[0, 0, torch.arange(n, T - 1), torch.arange(1, n)] = 1.0  # query n + i on key i + 1
-    induction[0, 0, n + 3, n + 3] = 0.0
-    induction[0, 0, n + 3, 0] = 1.0  # query 7 (token 8) has no next token after its first occurrence in view
+    induction[0, 0, n + 2, 3] = 0.0  # query 6 (token 7) misses its target, key 3
     assert previous_token_score(previous).tolist() == [1.0]
     assert previous_token_score(induction).tolist() == [0.0]
-    assert induction_score(induction, tokens, torch.tensor([n])).tolist() == [0.75]
+    # queries 4, 5, 6 count; query 7, the last, predicts nothing and is left out
+    assert induction_score(induction, tokens, torch.tensor([n])).tolist() == pytest.approx([2 / 3])
     assert induction_score(previous, tokens, torch.tensor([n])).tolist() == [0.0]
 
 
@@ -161,7 +162,8 @@ def test_induction_score_counts_only_the_token_after_the_most_recent_occurrence(
     periods = torch.tensor([4])
     assert induction_targets(tokens).tolist() == [[-1, -1, 1, -1, 3, 2, 5, 4, 7, 6]]
     queries = induction_queries(tokens, periods)[0].tolist()
-    assert queries == [False] * 4 + [False, True, False, True, False, True]  # query 4: its last 5 is at 2
+    # query 4: its last 5 is at 2; query 9, the last, predicts nothing
+    assert queries == [False] * 4 + [False, True, False, True, False, False]
     T = tokens.shape[-1]
     recent = torch.zeros(1, 1, T, T)
     for t, j in enumerate(induction_targets(tokens)[0].tolist()):
@@ -171,19 +173,42 @@ def test_induction_score_counts_only_the_token_after_the_most_recent_occurrence(
     older[0, 0, 9, 2] = 1.0  # query 9 (token 9) on the token after its first occurrence, not its latest (6)
     older[0, 0, 7, 4] = 1.0  # query 7 (token 7) on its latest occurrence's next token
     assert induction_score(recent, tokens, periods).tolist() == [1.0]
-    assert induction_score(older, tokens, periods).tolist() == pytest.approx([1 / 3])
+    assert induction_score(older, tokens, periods).tolist() == pytest.approx([1 / 2])
     from attention_book.induction import any_copy_weights
 
     assert any_copy_weights(older, tokens)[0, 0, 9] == 1.0  # key 2 follows an earlier 9: any copy counts
     assert any_copy_weights(older, tokens)[0, 0, 1] == 0.0
     curve = induction_curve(older, tokens, periods)[0]
-    assert curve[[5, 7, 9]].tolist() == [0.0, 1.0, 0.0] and curve[:5].isnan().all()
+    assert curve[[5, 7]].tolist() == [0.0, 1.0] and curve[:5].isnan().all() and curve[9].isnan()
+    # any copy: query 5 (token 9) on key 0 gets nothing, query 7 (token 7) on key 4 (after the 7 at 3) all
+    assert any_copy_score(older, tokens, periods).tolist() == pytest.approx([1 / 2])
+    older[0, 0, 5] = 0.0
+    older[0, 0, 5, 2] = 1.0  # key 2 follows the 9 at 1: the only copy of 9 before query 5
+    assert any_copy_score(older, tokens, periods).tolist() == pytest.approx([1.0])
+
+
+def test_scores_ignore_the_last_query_which_predicts_nothing():
+    """The last position has no target, so training never reaches its attention or (with learned
+    positions) its position row: the scores must not read it."""
+    model = AttentionOnly(InductionConfig())
+    tokens, periods = repeated_tokens(8, model.config, torch.Generator().manual_seed(4))
+    losses = loss_per_token(model(tokens)[0], tokens)
+    losses.mean().backward()
+    assert model.position.embedding.weight.grad[-1].abs().max() == 0.0  # row T - 1: no gradient
+    assert model.position.embedding.weight.grad[-2].abs().max() > 0.0
+    weights = torch.softmax(torch.randn(8, 2, 32, 32, generator=torch.Generator().manual_seed(5)), -1)
+    changed = weights.clone()
+    changed[:, :, -1] = torch.flip(changed[:, :, -1], (-1,))  # a different last row
+    for score in (previous_token_score, lambda w: induction_score(w, tokens, periods),
+                  lambda w: any_copy_score(w, tokens, periods)):
+        torch.testing.assert_close(score(changed), score(weights), rtol=0, atol=0)
+    assert not induction_queries(tokens, periods)[:, -1].any()
 
 
 def test_previous_token_curve_is_per_position_and_averages_to_the_score():
     weights = torch.softmax(torch.randn(3, 2, 6, 6, generator=torch.Generator().manual_seed(0)), -1)
-    curve = previous_token_curve(weights)  # (H, T − 1)
-    assert curve.shape == (2, 5)
+    curve = previous_token_curve(weights)  # (H, T − 2): queries 1 … T − 2
+    assert curve.shape == (2, 4)
     torch.testing.assert_close(curve[:, 2], weights[:, :, 3, 2].mean(0))
     torch.testing.assert_close(curve.mean(-1), previous_token_score(weights))
 

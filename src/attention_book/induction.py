@@ -201,17 +201,18 @@ def half_losses(losses: torch.Tensor, periods: torch.Tensor) -> tuple[float, flo
 
 def previous_token_score(weights: torch.Tensor) -> torch.Tensor:
     """Mean weight a query puts on the position just before it, over
-    queries 1 … T − 1 and the batch: (B, H, T, T) -> (H,)."""
-    validate_weights(weights)
-    before = weights.diagonal(offset=-1, dim1=-2, dim2=-1)  # (B, H, T − 1)
-    return before.mean(dim=(0, -1))  # (H,)
+    queries 1 … T − 2 and the batch: (B, H, T, T) -> (H,). The last query
+    is left out: it predicts nothing, so training never shaped it."""
+    return previous_token_curve(weights).mean(dim=-1)  # (H,)
 
 
 def previous_token_curve(weights: torch.Tensor) -> torch.Tensor:
-    """Weight on the position just before, per query position 1 … T − 1, averaged over the batch:
-    (B, H, T, T) -> (H, T − 1). Its mean over positions is `previous_token_score`."""
+    """Weight on the position just before, per query position 1 … T − 2
+    (the last, which predicts nothing, left out), averaged over the batch:
+    (B, H, T, T) -> (H, T − 2). Its mean is `previous_token_score`."""
     validate_weights(weights)
-    return weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=0)  # (H, T − 1)
+    before = weights.diagonal(offset=-1, dim1=-2, dim2=-1)  # (B, H, T − 1)
+    return before[..., :-1].mean(dim=0)  # (H, T − 2): queries 1 … T − 2
 
 
 def induction_targets(tokens: torch.Tensor) -> torch.Tensor:
@@ -230,15 +231,18 @@ def induction_queries(tokens: torch.Tensor,
                       periods: torch.Tensor) -> torch.Tensor:
     """(B, T): the queries an induction score counts (chapter 11).
 
-    Query t counts when it is in the repeated part (t ≥ n) and the most
-    recent earlier occurrence of its token is one period back. A token drawn
-    twice by chance within one period has a nearer copy, whose next token is
-    the wrong one to copy: those queries are left out.
+    Query t counts when it is in the repeated part (t ≥ n), the most
+    recent earlier occurrence of its token is one period back, and t is not
+    the last position. A token drawn twice by chance within one period has a
+    nearer copy, whose next token is the wrong one to copy: those queries are
+    left out. So is the last query: it predicts nothing (there is no token
+    T), so no loss ever reached its attention.
     """
-    t = torch.arange(tokens.shape[-1], device=tokens.device)[None, :]
+    T = tokens.shape[-1]
+    t = torch.arange(T, device=tokens.device)[None, :]
     validate_periods(tokens, periods)
     one_period_back = induction_targets(tokens) == t - periods[:, None] + 1
-    return (t >= periods[:, None]) & one_period_back  # (B, T)
+    return (t >= periods[:, None]) & one_period_back & (t < T - 1)  # (B, T)
 
 
 def induction_weights(weights: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -264,7 +268,8 @@ def induction_score(weights: torch.Tensor, tokens: torch.Tensor,
                     periods: torch.Tensor) -> torch.Tensor:
     """Mean weight a query puts on the token after the most recent earlier
     occurrence of its own token, over the queries `induction_queries` counts
-    (chapter 11; Olsson et al., 2022's prefix matching).
+    (chapter 11): a stricter variant of Olsson et al. (2022)'s prefix
+    matching, which counts any earlier occurrence (`any_copy_score`).
 
     weights (B, H, T, T), tokens (B, T), periods (B,) -> (H,).
     """
@@ -272,6 +277,21 @@ def induction_score(weights: torch.Tensor, tokens: torch.Tensor,
     validate_some_queries(queries, tokens, periods)
     on_target = induction_weights(weights, tokens)  # (B, H, T)
     return on_target.transpose(0, 1)[:, queries].mean(-1)  # (H,)
+
+
+def any_copy_score(weights: torch.Tensor, tokens: torch.Tensor,
+                   periods: torch.Tensor) -> torch.Tensor:
+    """Mean weight a query puts on the keys just after *any* earlier
+    occurrence of its own token (Olsson et al., 2022's prefix matching), over
+    the queries `induction_queries` counts (chapter 11).
+
+    weights (B, H, T, T), tokens (B, T), periods (B,) -> (H,).
+    """
+    validate_weights(weights, tokens)
+    queries = induction_queries(tokens, periods)  # (B, T)
+    validate_some_queries(queries, tokens, periods)
+    on_copies = any_copy_weights(weights, tokens)  # (B, H, T)
+    return on_copies.transpose(0, 1)[:, queries].mean(-1)  # (H,)
 
 
 def induction_curve(weights: torch.Tensor, tokens: torch.Tensor, periods: torch.Tensor) -> torch.Tensor:
@@ -325,6 +345,7 @@ def evaluate(model: AttentionOnly, tokens: torch.Tensor, periods: torch.Tensor) 
     return {"loss_first_half": first, "loss_repeated_half": repeated,
             "previous_token_score": [previous_token_score(w).tolist() for w in maps],
             "induction_score": [induction_score(w, tokens, periods).tolist() for w in maps],
+            "any_copy_score": [any_copy_score(w, tokens, periods).tolist() for w in maps],
             "ablated_repeated_loss": ablated}
 
 
@@ -377,7 +398,8 @@ def probe_scores(model: AttentionOnly, config: InductionConfig) -> dict:
     with torch.no_grad():
         maps = model(tokens)[1]
     return {"previous_token_score": [float(previous_token_score(w).max()) for w in maps],
-            "induction_score": [float(induction_score(w, tokens, periods).max()) for w in maps]}
+            "induction_score": [float(induction_score(w, tokens, periods).max()) for w in maps],
+            "any_copy_score": [float(any_copy_score(w, tokens, periods).max()) for w in maps]}
 
 
 def evaluation_batch(config: InductionConfig, length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -428,7 +450,7 @@ def config_dict(config) -> dict:
 # Length generalisation: a model trained at T = 2·n_max, run on longer sequences of the same task.
 
 def evaluate_length(model: AttentionOnly, length: int) -> dict:
-    """Loss on the first n and on the repeated tokens, the layer-2 induction scores, and the loss on the
+    """Loss on the first n and on the repeated tokens, the layer-2 induction and any-copy scores, and the loss on the
     repeated tokens per target position (NaN where none), on the evaluation batch made `length` long.
     A model that cannot run at that length (learned positions past its table) gives {"error": message}."""
     tokens, periods = evaluation_batch(model.config, length)  # (B, T), (B,)
@@ -443,6 +465,7 @@ def evaluate_length(model: AttentionOnly, length: int) -> dict:
     per_position = (losses * repeated_mask).sum(0) / repeated_mask.sum(0)  # (T − 1,)
     return {"loss_first_half": first, "loss_repeated_half": repeated,
             "induction_score": induction_score(maps[-1], tokens, periods).tolist(),
+            "any_copy_score": any_copy_score(maps[-1], tokens, periods).tolist(),
             "repeated_loss_per_position": [round(float(x), 4) for x in per_position]}
 
 
