@@ -101,7 +101,8 @@ def year_only(keys: str, bib: dict) -> str:
 
 def undouble(source: str, bib: dict) -> str:
     """"Britz et al. [(Britz et al., 2017)](...)" and "Rabe and Staats (2021) [(Rabe and Staats, 2021)](...)"
-    become "Britz et al. [(2017)](...)" and "Rabe and Staats [(2021)](...)" (a citation of one key)."""
+    become "Britz et al. [(2017)](...)" and "Rabe and Staats [(2021)](...)" (a citation of one key);
+    "FlashAttention (Dao et al., 2022) [(Dao et al., 2022)](...)" loses its spelled-out "(Dao et al., 2022)"."""
     out, last = "", 0
     for match in CITE.finditer(source):
         out += source[last:match.start()]
@@ -110,6 +111,11 @@ def undouble(source: str, bib: dict) -> str:
         names, year = bib[keys][0].rsplit(", ", 1) if "," not in keys else (None, None)
         named = names and re.search(re.escape(names) + r"(?:'s|’s)?(?P<year> \(" + re.escape(year) + r"\))?\s*\Z",
                                     out)
+        spelled = names and re.search(r" ?\(" + re.escape(f"{names}, {year}") + r"\)\s*\Z", out)
+        if spelled:  # "FlashAttention (Dao et al., 2022) [(Dao et al., 2022)](...)": the link alone says it
+            out = out[:spelled.start()] + " "
+            out += match.group(0)
+            continue
         if not named:
             out += match.group(0)
             continue

@@ -23,7 +23,8 @@ RAW_MYST = [
 # A citation after a sentence that has just named its authors reads twice in Jupyter:
 # "Britz et al. (Britz et al., 2017)"; the Jupyter form keeps only the year there (scripts/colab_markdown.py).
 DOUBLED_CITATION = re.compile(r"\b(?P<names>[A-Z][\w-]+(?: et al\.| and [A-Z][\w-]+)?)(?:'s|’s)?"
-                              r" (?:\(\d{4}[a-z]?\) )?\((?P=names), \d{4}")
+                              r" (?:\(\d{4}[a-z]?\) )?\((?P=names), \d{4}"
+                              r"|\((?P<cited>[A-Z][^()]*?, \d{4}[a-z]?)\) \((?P=cited)\)")
 MATH = re.compile(r"\$\$.+?\$\$|(?<![\\$])\$(?!\$)[^$\n]+?(?<!\\)\$", re.S)
 # Code in the markdown source, where `$` is no math; a fence of a MyST directive (```{exercise}) counts
 # as text here, so that the math Jupyter would show raw inside it is found.
@@ -102,7 +103,8 @@ def test_the_checks_catch_what_jupyter_showed_before_issue_40():
         nbformat.v4.new_markdown_cell("Fine: $a_1 * b_2 * c$ and $$\\sum_i x_i$$ render."),
         nbformat.v4.new_markdown_cell('Britz et al. [(Britz et al., 2017)](https://a.b "cite:britz2017") found it.'),
         nbformat.v4.new_markdown_cell('Britz et al. [(2017)](https://a.b "cite:britz2017") found it.'),
-        nbformat.v4.new_markdown_cell("```{admonition} Side note\nText.\n```")])
+        nbformat.v4.new_markdown_cell("```{admonition} Side note\nText.\n```"),
+        nbformat.v4.new_markdown_cell('Flash (Dao et al., 2022) [(Dao et al., 2022)](https://a.b "cite:dao2022").')])
     found = "\n".join(problems(notebook))
     assert "cell 0: a MyST directive" in found and "cell 0: math '$f(x)$'" in found
     assert "cell 1: a MyST role" in found
@@ -111,5 +113,6 @@ def test_the_checks_catch_what_jupyter_showed_before_issue_40():
     assert "cell 4: a citation names its authors twice: 'Britz et al. (Britz et al., 2017'" in found
     assert "cell 5" not in found
     assert "cell 6: a MyST directive" in found
+    assert "cell 7: a citation names its authors twice: '(Dao et al., 2022) (Dao et al., 2022)'" in found
     missing = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("![a diagram](attachment:x.svg)")])
     assert problems(missing) == ["nbconvert cannot render it: missing attachment: x.svg"]

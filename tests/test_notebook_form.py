@@ -63,6 +63,7 @@ def test_side_notes_and_doubled_citations_are_converted(tmp_path):
         ("markdown", "Before.\n\n```{admonition} Side note: seeds\nOne $x$.\n\nTwo.\n```\n\nAfter."),
         ("markdown", ":::{note}\nShort.\n:::"),
         ("markdown", "Rabe and Staats (2021) {cite}`rabe2021` and Vaswani et al. {cite}`vaswani2017`; {cite}`britz2017`."),
+        ("markdown", "The Transformer (Vaswani et al., 2017) {cite}`vaswani2017` came."),
     ]), path)
     script = converter()
     script.main([str(path)])
@@ -75,5 +76,6 @@ def test_side_notes_and_doubled_citations_are_converted(tmp_path):
     assert sources[2] == ('Rabe and Staats [(2021)](https://arxiv.org/abs/2112.05682 "cite:rabe2021") and '
                           'Vaswani et al. [(2017)](https://arxiv.org/abs/1706.03762 "cite:vaswani2017"); '
                           '[(Britz et al., 2017)](https://arxiv.org/abs/1703.03906 "cite:britz2017").')
+    assert sources[3] == 'The Transformer [(Vaswani et al., 2017)](https://arxiv.org/abs/1706.03762 "cite:vaswani2017") came.'
     back = "".join(myst_notebook(json.loads(once))["cells"][2]["source"])
     assert back == "Rabe and Staats {cite}`rabe2021` and Vaswani et al. {cite}`vaswani2017`; {cite}`britz2017`."
