@@ -10,7 +10,7 @@ def cross_attention(png_dir=None):
     T, S, u, rh, c = 6, 8, 0.05, 0.17, 0.24  # lengths, inches per feature, a strip's row height, a grid's cell
     x_q, x_k, x_v = 1.3, 3.85, 7.0  # the left edges of the Q, K and V strips
     y_in, y_strip, y_grid = 6.95, 6.2, 3.7  # input boxes, strips' tops, grids' tops
-    sources = [f"s{j}" for j in range(1, S + 1)]
+    sources = [f"s{j}" for j in range(S)]  # 0-based, as the chapter's printed positions
     words = ["Life", "is", "short", "eat", "dessert", "first"]
     padded = {5, 6, 7}  # the chapter's key_padding_mask blocks the last three source tokens
 
