@@ -202,7 +202,7 @@ def half_losses(losses: torch.Tensor, periods: torch.Tensor) -> tuple[float, flo
 def previous_token_score(weights: torch.Tensor) -> torch.Tensor:
     """Mean weight a query puts on the position just before it, over
     queries 1 … T − 2 and the batch: (B, H, T, T) -> (H,). The last query
-    is left out: it predicts nothing, so training never shaped it."""
+    is left out: it predicts nothing, so no loss depends on where it looks."""
     return previous_token_curve(weights).mean(dim=-1)  # (H,)
 
 
