@@ -8,6 +8,7 @@ import os
 import platform
 import statistics
 from importlib import resources
+from pathlib import Path
 from time import perf_counter
 
 import numpy as np
@@ -21,6 +22,20 @@ def machine() -> dict:
     """What a stored measurement was taken on."""
     return {"processor": platform.processor() or platform.machine(), "python": platform.python_version(),
             "torch": torch.__version__.split("+")[0], "threads": torch.get_num_threads()}
+
+
+def last_level_cache() -> int | None:
+    """Bytes of the CPU's last-level cache (Linux's sysfs), None where it does not say: a working set
+    smaller than this is read from the cache, not from memory (chapter 7)."""
+    sizes = []
+    for level in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            text = (level / "size").read_text().strip()
+        except OSError:
+            continue
+        units = {"K": 2**10, "M": 2**20, "G": 2**30}
+        sizes.append(int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text))
+    return max(sizes, default=None)
 
 
 def load_average() -> dict:
