@@ -71,7 +71,8 @@ def measure_generation(model, prompt: torch.Tensor, max_new_tokens: int, rounds:
     Each step of chapter 7's `generate_steps` is timed from outside. Each step's time is its median over
     the rounds (its lowest and highest are kept too, and every round's times, so that ratios can be taken
     within a round): alternating the runs spreads the machine's slow moments over both, and the median
-    drops them. Every run must produce the same tokens, otherwise the timings would compare different work.
+    drops them. A round runs a whole cached generation and then a whole uncached one, so a slow spell of
+    seconds can fall on one side of a round only (chapter 7 says so). Every run must produce the same tokens, otherwise the timings would compare different work.
     """
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
