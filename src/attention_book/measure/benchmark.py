@@ -24,11 +24,12 @@ def machine() -> dict:
             "torch": torch.__version__.split("+")[0], "threads": torch.get_num_threads()}
 
 
-def last_level_cache() -> int | None:
-    """Bytes of the CPU's last-level cache (Linux's sysfs), None where it does not say: a working set
-    smaller than this is read from the cache, not from memory (chapter 7)."""
+def last_level_cache(folder="/sys/devices/system/cpu/cpu0/cache") -> int | None:
+    """Bytes of the CPU's last-level cache (the largest of Linux's sysfs `index*/size` under `folder`), None
+    where it does not say: a working set smaller than this is read from the cache, not from memory
+    (chapter 7)."""
     sizes = []
-    for level in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+    for level in Path(folder).glob("index*"):
         try:
             text = (level / "size").read_text().strip()
         except OSError:
