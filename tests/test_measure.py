@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attention_book.measure import benchmark
+from attention_book.measure import benchmark, profile
 
 
 @pytest.fixture
@@ -61,3 +61,26 @@ def test_the_load_average_names_its_windows_and_the_cores():
     load = benchmark.load_average()
     assert set(load) == {"cores", "1 min", "5 min", "15 min"}
     assert load["cores"] >= 1 and all(load[k] >= 0 for k in ("1 min", "5 min", "15 min"))
+
+
+def test_a_read_counts_each_byte_once_and_a_copy_twice(monkeypatch):
+    """The read-only stream is compared with the copy's whole rate (chapter 7): per round, read GB/s over
+    copy GB/s is copy time / (2 · read time)."""
+    times = {"copy": [2.0, 4.0, 3.0], "read": [1.0, 1.0, 3.0]}
+    monkeypatch.setattr(profile, "interleaved_times", lambda functions, repeats, progress: times)
+    rates = profile.memory_bandwidth(megabytes=1, repeats=3)
+    nbytes = 2**20 / 1e9
+    assert rates["copy"] == benchmark.rate_spread(2 * nbytes, times["copy"])
+    assert rates["read"] == benchmark.rate_spread(nbytes, times["read"])
+    assert rates["read_over_copy"] == {"median": 1.0, "lowest": 0.5, "highest": 2.0}
+    with pytest.raises(ValueError, match="megabytes"):
+        profile.memory_bandwidth(megabytes=0)
+
+
+def test_the_last_level_cache_is_the_largest_size_sysfs_lists(tmp_path):
+    for index, size in (("index0", "48K"), ("index2", "1024K"), ("index3", "32768K")):
+        (tmp_path / index).mkdir()
+        (tmp_path / index / "size").write_text(size + "\n")
+    (tmp_path / "index1").mkdir()  # no size: skipped
+    assert benchmark.last_level_cache(tmp_path) == 32 * 2**20
+    assert benchmark.last_level_cache(tmp_path / "absent") is None

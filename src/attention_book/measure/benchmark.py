@@ -8,6 +8,7 @@ import os
 import platform
 import statistics
 from importlib import resources
+from pathlib import Path
 from time import perf_counter
 
 import numpy as np
@@ -21,6 +22,21 @@ def machine() -> dict:
     """What a stored measurement was taken on."""
     return {"processor": platform.processor() or platform.machine(), "python": platform.python_version(),
             "torch": torch.__version__.split("+")[0], "threads": torch.get_num_threads()}
+
+
+def last_level_cache(folder="/sys/devices/system/cpu/cpu0/cache") -> int | None:
+    """Bytes of the CPU's last-level cache (the largest of Linux's sysfs `index*/size` under `folder`), None
+    where it does not say: a working set smaller than this is read from the cache, not from memory
+    (chapter 7)."""
+    sizes = []
+    for level in Path(folder).glob("index*"):
+        try:
+            text = (level / "size").read_text().strip()
+        except OSError:
+            continue
+        units = {"K": 2**10, "M": 2**20, "G": 2**30}
+        sizes.append(int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text))
+    return max(sizes, default=None)
 
 
 def load_average() -> dict:
@@ -56,7 +72,8 @@ def measure_generation(model, prompt: torch.Tensor, max_new_tokens: int, rounds:
     Each step of chapter 7's `generate_steps` is timed from outside. Each step's time is its median over
     the rounds (its lowest and highest are kept too, and every round's times, so that ratios can be taken
     within a round): alternating the runs spreads the machine's slow moments over both, and the median
-    drops them. Every run must produce the same tokens, otherwise the timings would compare different work.
+    drops them. A round runs a whole cached generation and then a whole uncached one, so a slow spell of
+    seconds can fall on one side of a round only (chapter 7 says so). Every run must produce the same tokens, otherwise the timings would compare different work.
     """
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")

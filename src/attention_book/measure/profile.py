@@ -81,9 +81,22 @@ def matmul_throughput(size: int = 1024, repeats: int = 9) -> dict:
 
 def copy_bandwidth(megabytes: int = 256, repeats: int = 9) -> dict:
     """GB/s this machine moves copying a large float32 tensor, every byte counted twice (read once, written
-    once), a ceiling for memory traffic: median and quartiles over `repeats` timings. A stream that only
-    reads moves half of these bytes per copied byte, so compare reads with half of it (chapter 7)."""
+    once), a ceiling for memory traffic: median and quartiles over `repeats` timings (chapter 7)."""
+    return memory_bandwidth(megabytes, repeats)["copy"]
+
+
+def memory_bandwidth(megabytes: int = 256, repeats: int = 9) -> dict:
+    """GB/s of two streams over a large float32 tensor, taking turns in each of `repeats` rounds (chapter 7):
+    a copy, every byte counted twice (read once, written once), and a read-only stream (a sum), every byte
+    counted once. Median and quartiles of each, and the read's rate over the copy's within each round
+    (median, lowest, highest): memory's bandwidth is shared by reads and writes, so a stream that only
+    reads is compared with the copy's whole rate, not half of it."""
+    validate_positive(megabytes=megabytes, repeats=repeats)
     source = torch.ones(megabytes * 2**20 // 4)
     target = torch.empty_like(source)
-    seconds = interleaved_times({"copy": partial(target.copy_, source)}, repeats, progress=False)["copy"]
-    return rate_spread(2 * source.nbytes / 1e9, seconds)  # read once, write once
+    functions = {"copy": partial(target.copy_, source), "read": partial(torch.sum, source)}
+    seconds = interleaved_times(functions, repeats, progress=False)
+    ratios = sorted(c / (2 * r) for c, r in zip(seconds["copy"], seconds["read"], strict=True))
+    return {"copy": rate_spread(2 * source.nbytes / 1e9, seconds["copy"]),  # read once, write once
+            "read": rate_spread(source.nbytes / 1e9, seconds["read"]),  # read once
+            "read_over_copy": {"median": statistics.median(ratios), "lowest": ratios[0], "highest": ratios[-1]}}
