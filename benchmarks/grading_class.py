@@ -7,6 +7,7 @@ goes to src/attention_book/data/grading_class_cpu.json. Run from the repository 
 nothing else if the number is to be compared with the target (minutes):
 
     .venv/bin/python benchmarks/grading_class.py [--students 30] [--jobs 2] [--chapters 1 2 ...] [--out x.json]
+        [--note 'what else ran']
 """
 
 import argparse
@@ -56,6 +57,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--chapters", type=int, nargs="*", help="chapter numbers (default: every chapter)")
     parser.add_argument("--out", type=Path, default=OUT, help="where the result goes (default: the stored one)")
+    parser.add_argument("--note", default="", help="what else ran on the machine (stored with the result)")
     args = parser.parse_args()
     chapters = [path for path in sorted((ROOT / "chapters").glob("*.ipynb"))
                 if not args.chapters or int(path.name.split("_")[0]) in args.chapters]
@@ -79,7 +81,7 @@ def main() -> None:
     per_notebook = [int(m.group(3)) for line in run.stderr.splitlines() if (m := PROGRESS.match(line))]
     passed = sum(row["passed"] == "True" for row in rows)
     failed = sorted({f"{row['exercise']}: {row['message'][:160]}" for row in rows if row["passed"] != "True"})
-    record = {"machine": {**machine(), **load.summary()}, "started": started, "students": args.students,
+    record = {"machine": {**machine(), **load.summary(), "note": args.note}, "started": started, "students": args.students,
               "chapters": len(chapters), "jobs": args.jobs, "notebooks": len(per_notebook),
               "exercises": len(rows), "passed": passed, "failed": failed, "seconds": round(seconds, 1),
               "seconds_per_notebook": {"median": statistics.median(per_notebook),

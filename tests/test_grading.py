@@ -504,6 +504,8 @@ CALLS_THE_REFERENCE.update({
                                                             "    F.scaled_dot_product_attention(args[0], args[0], args[0])"),
     "ch7.fit_bandwidth": _solution_calling("ch7.fit_bandwidth", "import numpy as np\n"
                                                                 "    np.polyfit([0.0, 1.0, 2.0], [0.0, 1.0, 2.0], 1)"),
+    "ch8.sink_slots": _solution_calling("ch8.sink_slots", "from attention_book.kv_cache import RingKVCache\n"
+                                                          "    RingKVCache(4).slot_positions(6)"),
     "ch8.grouped_decode": _solution_calling("ch8.grouped_decode", "import torch\n"
                                                                   "    torch.repeat_interleave(torch.ones(2), 2)"),
 })

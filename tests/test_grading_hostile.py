@@ -12,6 +12,7 @@ import csv
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -516,3 +517,55 @@ def test_a_file_in_a_students_folder_never_speaks_for_another(tmp_path):
     assert grading.identify(Path("ada/bob_1_2_05_causal_attention.ipynb"))[0] == "ada"
     graded, skipped = grading.one_per_chapter(grading.submissions_in(tmp_path), tmp_path)
     assert len(graded) == 1 and len(skipped["ada"]) == 1
+
+
+def test_a_renewed_sandbox_keeps_nothing_of_the_last_notebook():
+    """Speed without a leak (one sandbox per student, not per notebook): after `renew` no process the
+    last notebook started lives on, and its files in the scratch folder and /dev/shm are gone."""
+    leave = ("import os, time\n\n\ndef leave():\n    for folder in ('.', '/dev/shm'):\n"
+             "        os.makedirs(os.path.join(folder, 'kept'), exist_ok=True)\n"
+             "        with open(os.path.join(folder, 'left.bin'), 'wb') as file:\n            file.write(b'x' * 1000)\n"
+             "    if os.fork() == 0:\n        os.setsid()\n        while True:\n            time.sleep(0.01)\n"
+             "    return sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\n")
+    look = ("import os\n\n\ndef look():\n    return (sorted(int(p) for p in os.listdir('/proc') if p.isdigit()),\n"
+            "            sorted(os.listdir('.')), sorted(os.listdir('/dev/shm')), os.getppid())\n")
+    with sandbox.Sandbox(timeout=120) as child:
+        child.define(leave, "leave")
+        assert len(child.call()) == 4  # init, the worker, this exercise and the process it left
+        child.finish()
+        assert child.renew(60)
+        child.define(look, "look")
+        processes, scratch, shm, worker = child.call()
+        assert processes == sorted([1, worker, processes[-1]]) and len(processes) == 3, processes
+        assert scratch == ["output.log"] and shm == [], (scratch, shm)
+
+
+def test_a_sandbox_is_renewed_for_one_students_notebooks_never_for_anothers(tmp_path, monkeypatch):
+    """Each sandbox the grader keeps between notebooks serves one student only; and it is kept (this
+    test is not vacuous: some sandbox serves two notebooks)."""
+    chapters = [p for p in NOTEBOOKS if p.name[:2] in ("05", "10")]
+    for student in ("ada", "bob", "cy"):
+        for path in chapters:
+            (tmp_path / "submissions" / student).mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, tmp_path / "submissions" / student / path.name)
+    served: list[tuple[object, str]] = []
+    original = grading.grade_notebook
+
+    def recording(path, **settings):
+        results = original(path, **settings)
+        kept = (settings.get("reuse") or {}).get("sandbox")
+        if kept is not None:
+            served.append((kept, path.parent.name))
+        return results
+
+    monkeypatch.setattr(grading, "grade_notebook", recording)
+    rows = grading.grade_folder(tmp_path / "submissions", tmp_path / "grades", jobs=2)
+    assert all(row["passed"] for row in rows) and len({row["student"] for row in rows}) == 3
+    students = {}
+    for kept, student in served:
+        students.setdefault(id(kept), set()).add(student)
+    assert all(len(names) == 1 for names in students.values()), students
+    assert any(sum(id(k) == key for k, _ in served) == 2 for key in students), served
+    ada, bob = [Path("/class/ada/05.ipynb"), Path("/class/ada/10.ipynb")], [Path("/class/bob/05.ipynb")]
+    assert grading.by_student([*ada, *bob], Path("/class"), jobs=1) == [ada, bob]
+    assert grading.by_student([*ada, *bob], Path("/class"), jobs=4) == [ada[:1], ada[1:], bob]

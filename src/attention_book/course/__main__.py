@@ -46,7 +46,7 @@ def main(argv=None) -> None:
     grade.add_argument("--seed", type=int, default=None,
                        help="the inputs' seed (default: a secret random one, recorded in grading.json)")
     grade.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
-                       help="notebooks graded at once (default: 2, or 1 on one core)")
+                       help="students graded at once, each in a sandbox of its own (default: 2, or 1 on one core)")
     grade.add_argument("--weak", action="store_true",
                        help="grade without the allow-list sandbox (no bubblewrap or user namespaces here): submissions "
                             "can then read the teacher's files, use the network and signal the teacher's processes")

@@ -5,7 +5,10 @@ Nothing a submission runs decides its grade. The exercises of a notebook come fr
 (the chapter number of its file name picks them), not from the notebook; the solution cell of each is
 the last code cell that defines the exercise's function; only those cells run, each exercise in a process
 of its own inside the notebook's sandbox (`attention_book.course.sandbox`), with the exercise's forbidden
-functions switched off, on inputs drawn from the class's secret seed. The child's answers come back as
+functions switched off, on inputs drawn from the class's secret seed. A student's notebooks are graded in
+turn in one sandbox, renewed between them (every process the last one left killed, its scratch folder
+and /dev/shm emptied, its time restarted; a fresh one where that fails): starting Python with torch is
+most of a notebook's grading time. No sandbox ever serves two students. The child's answers come back as
 JSON values and the check compares them with the reference in this process. Whatever goes wrong with one
 notebook (a hang, a crash, a malformed answer, an error of the grader itself) costs that notebook only,
 with its path in the log; a symbolic link, anything that resolves outside the submissions folder, or
@@ -163,8 +166,12 @@ def read_submission(path: Path, root: Path):
 
 def grade_notebook(path: Path, timeout: float = 60, hidden: tuple[Path, ...] = (), seed: int | None = None,
                    memory_mb: int = MEMORY_MB, exercise_seconds: float = EXERCISE_SECONDS, weak: bool = False,
-                   root: Path | None = None) -> list[Result]:
-    """Every exercise of one submitted notebook, each run in the notebook's sandbox and judged here."""
+                   root: Path | None = None, reuse: dict | None = None) -> list[Result]:
+    """Every exercise of one submitted notebook, each run in the notebook's sandbox and judged here.
+    `reuse`, a dict the caller keeps across ONE student's notebooks (never another's): the sandbox the
+    previous notebook left there is renewed for this one (`Sandbox.renew`: its processes killed, its
+    scratch folder emptied, its time restarted) instead of a fresh one started (Python importing torch,
+    most of a notebook's grading time), and this notebook's is left there instead of closed."""
     exercises = chapter_exercises(path.name)
     try:
         notebook = read_submission(path, path.parent if root is None else root)
@@ -192,7 +199,11 @@ def grade_notebook(path: Path, timeout: float = 60, hidden: tuple[Path, ...] = (
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise SandboxEnded("the grading process of this notebook stopped: time limit reached")
-                    sandbox = Sandbox(timeout=left, memory_mb=memory_mb, hidden=hidden, weak=weak)
+                    kept = None if reuse is None else reuse.pop("sandbox", None)
+                    if kept is not None and kept.renew(left):
+                        sandbox = kept
+                    else:
+                        sandbox = Sandbox(timeout=left, memory_mb=memory_mb, hidden=hidden, weak=weak)
                 sandbox.exercise(source, entry.function, entry.forbidden, seconds=exercise_seconds)
             except SandboxEnded as error:
                 results.append(Result(name, False, str(error)))
@@ -208,9 +219,14 @@ def grade_notebook(path: Path, timeout: float = 60, hidden: tuple[Path, ...] = (
                 sandbox.finish()
             except (SandboxEnded, ExerciseEnded):
                 pass  # the next exercise gets a fresh sandbox if this one is gone
-    finally:
+    except BaseException:
         if sandbox is not None:
             sandbox.close()
+        raise
+    if sandbox is not None and (reuse is None or sandbox.ended or "sandbox" in reuse):
+        sandbox.close()
+    elif sandbox is not None:
+        reuse["sandbox"] = sandbox
     return results
 
 
@@ -300,6 +316,16 @@ def one_per_chapter(paths: list[Path], submissions: Path) -> tuple[list[Path], d
     return sorted(graded + list(newest.values())), skipped
 
 
+def by_student(paths: list[Path], submissions: Path, jobs: int = 1) -> list[list[Path]]:
+    """`paths` in groups that each hold notebooks of one student only (each group shares a sandbox), in
+    order; a student's notebooks split into more groups where the class has fewer students than `jobs`."""
+    groups: dict[str, list[Path]] = {}
+    for path in paths:
+        groups.setdefault(identify(path.relative_to(submissions))[0], []).append(path)
+    split = max(1, -(-max(1, jobs) // max(1, len(groups))))  # groups per student: ceil(jobs / students)
+    return [group[i::split] for group in groups.values() for i in range(split) if group[i::split]]
+
+
 def grade_folder(submissions: Path, out: Path, timeout: float = 60, hidden: tuple[Path, ...] = (),
                  memory_mb: int = MEMORY_MB, seed: int | None = None, exercise_seconds: float = EXERCISE_SECONDS,
                  weak: bool = False, jobs: int = 1, deadline: float = RUN_SECONDS,
@@ -337,7 +363,7 @@ def grade_folder(submissions: Path, out: Path, timeout: float = 60, hidden: tupl
     lock = threading.Lock()
     done, started_run = [0], time.monotonic()
 
-    def one(path: Path) -> None:
+    def one(path: Path, reuse: dict) -> None:
         relative = path.relative_to(submissions)
         student, _, canvas_id = identify(relative)
         notebook, started = clean_name(str(relative)), time.monotonic()
@@ -354,7 +380,7 @@ def grade_folder(submissions: Path, out: Path, timeout: float = 60, hidden: tupl
             else:
                 results = grade_notebook(path, timeout=min(timeout, left), hidden=hidden, seed=seed,
                                          memory_mb=memory_mb, exercise_seconds=exercise_seconds, weak=weak,
-                                         root=submissions)
+                                         root=submissions, reuse=None if weak else reuse)
         except Exception as error:  # noqa: BLE001 - the grader's own failure costs this notebook only
             print(f"error while grading {shown(path)}:\n{shown(traceback.format_exc())}", file=sys.stderr)
             results = [Result(name, False, f"the grader failed on this notebook ({type(error).__name__}); the "
@@ -373,8 +399,18 @@ def grade_folder(submissions: Path, out: Path, timeout: float = 60, hidden: tupl
             print(f"[{done[0]}/{len(paths)}] {shown(student):16} {shown(notebook):40} {passed}/{len(results)} "
                   f"({time.monotonic() - started:.0f} s){note}", file=sys.stderr)
 
+    def student_notebooks(group: list[Path]) -> None:
+        """One student's notebooks in turn, in one sandbox renewed between them (`grade_notebook`)."""
+        reuse: dict = {}
+        try:
+            for path in group:
+                one(path, reuse)
+        finally:
+            if "sandbox" in reuse:
+                reuse.pop("sandbox").close()
+
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        list(pool.map(one, paths))
+        list(pool.map(student_notebooks, by_student(paths, submissions, jobs)))
     if weak:
         kill_children()
     every = [row for p in sorted(rows) for row in rows[p]]

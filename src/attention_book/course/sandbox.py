@@ -387,7 +387,8 @@ def tree_memory(root: int) -> int:
 
 
 class Sandbox:
-    """One child process for one notebook: `exercise` runs a solution cell in a fresh process forked for
+    """One child process for one notebook (`renew` readies it for the next notebook of the same student,
+    never another's): `exercise` runs a solution cell in a fresh process forked for
     that exercise (with the exercise's forbidden functions made to raise), `call` calls its function, and
     `finish` ends that process.
 
@@ -450,6 +451,26 @@ class Sandbox:
         for stream in (self.process.stdin, self.process.stdout):
             stream.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def renew(self, timeout: float) -> bool:
+        """Make this sandbox ready for the next notebook of the same student (never another student's):
+        the worker kills every process the last notebook left and empties the scratch folder and /dev/shm
+        (`worker.reset`), and the notebook's time starts again at `timeout` seconds. False, with the
+        sandbox closed, where that cannot be done (it ended, the weak mode, or the reset failed): the
+        caller starts a fresh one."""
+        if self.weak or self.ended or self.in_exercise:
+            self.close()
+            return False
+        self.deadline = self.notebook_deadline = time.monotonic() + timeout
+        self.largest, self.spied = 0, {}
+        try:
+            answer = self._exchange({"reset": True})
+        except SandboxEnded:
+            answer = None
+        if answer != {"reset": True}:
+            self.close()
+            return False
+        return True
 
     def exercise(self, source: str, function: str, forbidden: tuple[str, ...] = (), seconds: float | None = None) -> None:
         """Fork a process for one exercise, make `forbidden` raise in it, run the solution cell there; raises

@@ -6,7 +6,9 @@ Messages are JSON lines (`attention_book.course.wire`). This process imports tor
 forks one process per exercise: the grader sends {"define": source, "function": name, "forbidden":
 [dotted names]}, the exercise's process makes the forbidden functions raise (`Forbidden`), runs the solution
 cell and answers {"defined": true}, then answers each {"call": [arguments]} with one line, until {"done":
-true}; when that process has ended, for whatever reason, this one answers {"over": exit status}. So what
+true}; when that process has ended, for whatever reason, this one answers {"over": exit status}. Between two
+notebooks of the same student, {"reset": true} kills every other process of the sandbox and empties its
+scratch folder and /dev/shm (`reset`). So what
 one exercise's code patches or breaks never reaches the next. Nothing it answers is trusted: the grader
 judges the values it receives, in its own process.
 
@@ -163,6 +165,44 @@ def _serve_exercise(requests, channel, request) -> None:
                                                                 f"graded: {error}"})
 
 
+def reset(seconds: float = 2.0) -> bool:
+    """Make this sandbox as the next notebook of the same student would find a fresh one: every process
+    but this one and the namespace's init killed, /dev/shm emptied, the scratch folder emptied but for an
+    emptied output.log. False when that could not be done (the grader then starts a fresh sandbox)."""
+    import shutil
+    import signal
+    import time
+
+    mine = {1, os.getpid()}
+    deadline = time.monotonic() + seconds
+    while True:
+        others = {int(p) for p in os.listdir("/proc") if p.isdigit()} - mine
+        if not others:
+            break
+        if time.monotonic() > deadline:
+            return False
+        try:
+            os.kill(-1, signal.SIGKILL)  # every process of the namespace but init and this one
+        except ProcessLookupError:
+            pass
+        time.sleep(0.005)
+    try:
+        for folder in ("/dev/shm", "."):
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    if folder == "." and entry.name == "output.log":
+                        os.truncate(entry.path, 0)
+                    elif entry.is_dir(follow_symlinks=False):
+                        shutil.rmtree(entry.path)
+                    else:
+                        os.unlink(entry.path)
+            if any(os.scandir(folder)) and folder == "/dev/shm":
+                return False
+    except OSError:
+        return False
+    return sorted(os.listdir(".")) in ([], ["output.log"])
+
+
 def main(processes: int | None = None) -> None:
     """Serve the grader's requests on the original stdin/stdout; the submission's own output goes to a log.
     `processes` bounds the processes of this user namespace (RLIMIT_NPROC, set here, inside it)."""
@@ -185,6 +225,9 @@ def main(processes: int | None = None) -> None:
     _answer(channel, {"ready": True, "sealed": no_new_programs()})
     requests = _lines(fd)
     for request in requests:
+        if request == {"reset": True}:  # the next notebook of the same student
+            _answer(channel, {"reset": reset()})
+            continue
         if "define" not in request:
             _answer(channel, {"over": None})  # no exercise is running
             continue
