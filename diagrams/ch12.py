@@ -23,7 +23,7 @@ def gpt_stack(png_dir=None):
     box(ax, x, 1.4, w, 0.6, "token_embedding\nrows of a (V, E) table", style="layer", size=SMALL)
     arrow(ax, (x, 1.7), (x, 2.2), "(B, T, E)")
     _plus(ax, x, 2.4)
-    box(ax, x - 1.25, 3.15, 2.2, 0.6, "positions: a learned\n(T, E) table, chapter 10", style="layer", size=SMALL)
+    box(ax, x - 1.25, 3.15, 2.2, 0.6, "positions: a learned\n(max_T, E) table, chapter 10", style="layer", size=SMALL)
     ax.plot([x - 1.25, x - 1.25], [2.85, 2.4], color=MUTED, linewidth=1.3)
     arrow(ax, (x - 1.25, 2.4), (x - 0.18, 2.4))
     arrow(ax, (x, 2.58), (x, 4.05), "(B, T, E)")
