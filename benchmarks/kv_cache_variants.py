@@ -31,7 +31,7 @@ from tqdm import tqdm
 from attention_book.decoder import Decoder, DecoderConfig, next_token
 from attention_book.latent import masked_softmax
 from attention_book.kv_cache import kv_cache_bytes
-from attention_book.measure import load_result, machine, save_result
+from attention_book.measure import load_average, load_result, machine, save_result
 from attention_book.measure.benchmark import interleaved_times, spread
 
 KV_HEADS = (4, 2, 1)  # the chapter's decoder has H = 4: multi-head, grouped (2 groups), multi-query
@@ -161,6 +161,7 @@ def measure_batch(base: DecoderConfig, batch: int) -> tuple[list[dict], list[dic
 def main() -> None:
     torch.set_num_threads(1)  # the machine is shared: one thread per process waits less for the others
     base = DecoderConfig(context_length=max(CONTEXTS) + 2 * REPEATS)  # each step's model is sized to its context
+    before = load_average()  # stored beside the timings: the machine is shared
     if "--reuse-int8-error" in sys.argv:  # deterministic (same code, seeds and machine): the stored one
         error = load_result("kv_cache_variants_cpu")["int8_error"]
     else:
@@ -174,6 +175,7 @@ def main() -> None:
         result["kv_heads"] += heads
         result["context"] += contexts
         result["long_context"] += long
+    result["machine"]["load_before"], result["machine"]["load_after"] = before, load_average()
     save_result(result, "kv_cache_variants_cpu", "src/attention_book/data")
     for row in result["kv_heads"]:
         print(f"batch {row['batch']}, {row['num_kv_heads']} key/value heads: {row['median'] * 1e3:.2f} ms "

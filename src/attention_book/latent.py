@@ -71,8 +71,10 @@ class LatentAttention(nn.Module):
         """The attention with W_uk in the query and W_uv in the output
         projection: the cached latents c (B, 1, S, d_c) and rope keys
         k_r (B, 1, S, d_r) are read as they are, never projected up, and
-        once for all heads: the heads are folded into the query rows, as
-        `grouped_attention` does for a shared key/value head."""
+        shared by all heads: the heads are folded into the query rows, as
+        `grouped_attention` does for a shared key/value head. c is read
+        twice (scores, then the weighted sum; a fused kernel reads it
+        once), and the absorbed matrices are recomputed at every call."""
         H, T = self.H, x.shape[-2]
         w_q, w_out = self.absorbed_weights()  # (H, d_c, E), (H, E, d_c)
         q_lat = torch.einsum("hce,bte->bhtc", w_q, x)  # (B, H, T, d_c)
