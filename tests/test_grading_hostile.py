@@ -65,6 +65,17 @@ def check_of(function: str) -> str:
 SHORTCUTS = {
     "running_max_and_sum": "import torch\n\n\ndef running_max_and_sum(x, block_size):\n    m = x.max()\n"
                            "    return float(m), float(torch.exp(x - m).sum())\n",
+    # the right outputs from the whole (T, S) matrix (the tile count is not reached: the size is measured first)
+    "causal_tiled_attention_by_hand": "import torch\n\n\ndef causal_tiled_attention_by_hand(q, k, v, block):\n"
+                                      "    T, S = len(q), len(k)\n"
+                                      "    mask = torch.ones(T, S, dtype=torch.bool).tril(S - T)\n"
+                                      "    z = (q @ k.T / q.shape[1] ** 0.5).masked_fill(~mask, float('-inf'))\n"
+                                      "    return torch.softmax(z, -1) @ v, 0\n",
+    "tiled_backward_by_hand": "import torch\n\n\ndef tiled_backward_by_hand(q, k, v, o, lse, d_o, block):\n"
+                              "    p = torch.exp(q @ k.T / q.shape[1] ** 0.5 - lse[:, None])\n"
+                              "    d_z = p * (d_o @ v.T - (d_o * o).sum(-1, keepdim=True))\n"
+                              "    scale = q.shape[1] ** -0.5\n"
+                              "    return d_z @ k * scale, d_z.T @ q * scale, p.T @ d_o\n",
 }
 
 PROGRAM = repr("from attention_book.causal import causal_mask\n"
