@@ -150,11 +150,10 @@ WRONG = {
                 r"consecutive query heads share one, so query heads h·\d … h·\d \+ \d use key/value head h"),
     "ch2.additive": (lambda q, k, W_1, W_2, v_a: ((q @ W_1)[:, None] + (k @ W_2)[None]) @ v_a,
                      r"the tanh is missing"),
-    "ch3.mha_forward": (lambda x, in_w, in_b, out_w, out_b, H: torch.softmax(
-        (x @ in_w[: x.shape[-1]].T + in_b[: x.shape[-1]]) @ (x @ in_w[x.shape[-1]: 2 * x.shape[-1]].T
-                                                            + in_b[x.shape[-1]: 2 * x.shape[-1]]).transpose(1, 2)
-        / x.shape[-1] ** 0.5, -1) @ (x @ in_w[2 * x.shape[-1]:].T + in_b[2 * x.shape[-1]:]) @ out_w.T + out_b,
-                        r"you attended with one head of width E = \d+: split q, k and v into H = \d+ heads"),
+    "ch3.ov_matrices": (lambda v_w, out_w, H: torch.stack([v_w[i * (len(v_w) // H):(i + 1) * (len(v_w) // H)].T
+                                                            @ out_w[i * (len(v_w) // H):(i + 1) * (len(v_w) // H)]
+                                                            for i in range(H)]),
+                        r"you took rows i·\d … \(i\+1\)·\d − 1 of out_weight: .* head i's block is its columns"),
     "ch4.cross_attention": (lambda x, key, value, w, H: torch.softmax(
         (x @ w["q_proj_weight"].T + w["in_proj_bias"].chunk(3)[0])
         @ (key @ w["k_proj_weight"].T + w["in_proj_bias"].chunk(3)[1]).transpose(1, 2) / x.shape[-1] ** 0.5, -1)

@@ -381,13 +381,6 @@ CALLS_THE_REFERENCE = {
                     "    layer.scale.assign(v_a.numpy())\n"
                     "    scores = layer._calculate_scores((q @ W_1)[None].numpy(), (k @ W_2)[None].numpy())\n"
                     "    return torch.as_tensor(keras.ops.convert_to_numpy(scores))[0]\n",
-    "ch3.mha_forward": "import torch\nfrom torch import nn\n\n\n"
-                       "def batched_mha_by_hand(x, in_w, in_b, out_w, out_b, H):\n"
-                       "    mha = nn.MultiheadAttention(x.shape[-1], H, batch_first=True).eval()\n"
-                       "    with torch.no_grad():\n"
-                       "        mha.in_proj_weight.copy_(in_w)\n        mha.in_proj_bias.copy_(in_b)\n"
-                       "        mha.out_proj.weight.copy_(out_w)\n        mha.out_proj.bias.copy_(out_b)\n"
-                       "        return mha(x, x, x, need_weights=False)[0]\n",
     "ch4.masked_loss": "import torch\nimport torch.nn.functional as F\n\n\ndef masked_loss_by_hand(logits, labels, lengths):\n"
                        "    real = torch.arange(labels.shape[1]) < lengths[:, None]\n"
                        "    return F.cross_entropy(logits[real], labels[real])\n",
@@ -721,14 +714,22 @@ def test_processes_are_bounded_per_notebook_and_time_per_exercise():
         assert child.call() == 1
 
 
-def test_ch3_reference_formula_is_the_module():
-    """ch3.mha_forward grades against `_mha` because nn.MultiheadAttention's forward is forbidden there."""
-    from attention_book.course.checks.ch03 import _mha
+def test_ch3_ov_matrices_are_what_each_head_writes():
+    """ch3.ov_matrices' reference: with one token (every head's weight on it is 1), no biases and every other
+    head's block of W^O zeroed, nn.MultiheadAttention outputs x @ ov[i]."""
+    from attention_book.course.checks.ch03 import ov_matrices
 
     torch.manual_seed(0)
-    module = torch.nn.MultiheadAttention(12, 3, batch_first=True).eval()
-    x = torch.randn(2, 5, 12)
-    with torch.no_grad():
-        expected, _ = module(x, x, x, need_weights=False)
-        got = _mha(x, module.in_proj_weight, module.in_proj_bias, module.out_proj.weight, module.out_proj.bias, 3)
-    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    E, H = 12, 3
+    module = torch.nn.MultiheadAttention(E, H, bias=False, batch_first=True).eval()
+    x = torch.randn(1, 1, E)  # (B, T, E), T = 1
+    ov = ov_matrices(module.in_proj_weight[2 * E:].detach(), module.out_proj.weight.detach(), H)  # (H, E, E)
+    for i in range(H):
+        keep = torch.zeros(E, dtype=torch.bool)
+        keep[i * E // H:(i + 1) * E // H] = True
+        with torch.no_grad():
+            single = torch.nn.MultiheadAttention(E, H, bias=False, batch_first=True).eval()
+            single.load_state_dict(module.state_dict())
+            single.out_proj.weight[:, ~keep] = 0
+            got, _ = single(x, x, x, need_weights=False)
+        torch.testing.assert_close(got[0, 0], x[0, 0] @ ov[i], rtol=1e-5, atol=1e-6)

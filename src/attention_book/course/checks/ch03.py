@@ -8,46 +8,38 @@ import torch
 from .common import boolean_problem, case_generator, CASES, Check, matches, shape_problem, sizes, value_problem
 
 
-def check_mha_forward(batched_mha_by_hand, seed: int = 0) -> str | None:
-    """Chapter 3: x (B, T, E) and an nn.MultiheadAttention's parameters -> its output (B, T, E)."""
+def check_ov_matrices(ov_matrices_by_hand, seed: int = 0) -> str | None:
+    """Chapter 3: v_proj.weight (H·d, E) and out_proj.weight (E, H·d) -> each head's OV matrix (H, E, E)."""
     for case in range(CASES):
         gen = case_generator(seed, case)
-        B, T, H, d = sizes(gen, 4, 5)
-        E = H * d
-        # no initialisation (it would draw from the student's global generator): every parameter from `gen`
-        module = torch.nn.utils.skip_init(torch.nn.MultiheadAttention, E, H, batch_first=True).eval()
-        with torch.no_grad():
-            for parameter in module.parameters():
-                parameter.copy_(torch.randn(parameter.shape, generator=gen) / d**0.5)
-        x = torch.randn(B, T, E, generator=gen)
-        params = [p.detach().clone() for p in (module.in_proj_weight, module.in_proj_bias,
-                                                module.out_proj.weight, module.out_proj.bias)]
-        got = batched_mha_by_hand(x, *params, H)
-        if problem := shape_problem(got, (B, T, E), "the output"):
-            return problem
-        # the module's own forward is switched off while grading (it would be the answer): the same
-        # formula, written out (tests/test_checks.py asserts that it equals the module)
-        expected = _mha(x, *params, H)
+        H, d = sizes(gen, 2, 5)
+        E = H * d  # as in nn.MultiheadAttention: then a block of rows has a block of columns' shape
+        v_weight, out_weight = torch.randn(2, E, E, generator=gen)
+        got = ov_matrices_by_hand(v_weight.clone(), out_weight.clone(), H)
+        expected = ov_matrices(v_weight, out_weight, H)
         if matches(got, expected):
             continue
-        if H > 1 and matches(got, _mha(x, *params, 1)):
-            return f"you attended with one head of width E = {E}: split q, k and v into H = {H} heads of E/H = {d}"
-        if matches(got, _mha(x, *params, H, scale=False)):
-            return f"the scores are not scaled: divide each head's q kᵀ by √(E/H) = √{d}"
-        if matches(got, _mha(x, *params, H, out=False)):
-            return "the output projection is missing: apply out_proj (weight and bias) to the merged heads"
-        return value_problem(got, expected, f"the output for (B, T, E) = {(B, T, E)}, H = {H}: entry") or "wrong output"
+        if matches(got, expected.transpose(-2, -1)):
+            return ("you built each OV matrix transposed: with x a row, head i writes x W_V^(i) W^O(i), and "
+                    "nn.Linear stores both weights as (out, in), so W_V^(i) = v_weight[block].T and "
+                    "W^O(i) = out_weight[:, block].T")
+        if H > 1 and matches(got, ov_matrices(v_weight, out_weight, H, out_rows=True)):
+            return (f"you took rows i·{d} … (i+1)·{d} − 1 of out_weight: out_proj.weight is (E, H·d) = "
+                    f"{tuple(out_weight.shape)}, and head i's block is its columns")
+        return value_problem(got, expected, f"the OV matrices for H = {H}, E/H = {d}: entry") or \
+            "wrong OV matrices"
     return None
 
 
-def _mha(x, in_w, in_b, out_w, out_b, H, scale=True, out=True):
-    """nn.MultiheadAttention's self-attention forward pass, and the variants of the usual mistakes."""
-    B, T, E = x.shape
-    q, k, v = (x @ in_w.T + in_b).split(E, dim=-1)  # (B, T, E) each
-    q, k, v = (t.view(B, T, H, E // H).transpose(1, 2) for t in (q, k, v))  # (B, H, T, E/H)
-    scores = q @ k.transpose(-2, -1) / ((E // H) ** 0.5 if scale else 1.0)
-    context = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(B, T, E)
-    return context @ out_w.T + out_b if out else context
+def ov_matrices(v_weight, out_weight, H, out_rows: bool = False):
+    """Each head's OV matrix W_V^(i) W^O(i) (H, E, E), and the variant of the usual mistake."""
+    d = v_weight.shape[0] // H
+    W_v = v_weight.unflatten(0, (H, d)).transpose(-2, -1)  # (H·d, E) -> (H, E, d)
+    if out_rows:
+        W_o = out_weight.unflatten(0, (H, d))  # rows as blocks: (H, d, E)
+    else:
+        W_o = out_weight.unflatten(1, (H, d)).permute(1, 2, 0)  # (E, H·d) -> (H, d, E)
+    return W_v @ W_o  # (H, E, E)
 
 
 def check_mask_to_sdpa(mask_to_sdpa, seed: int = 0) -> str | None:
@@ -238,12 +230,8 @@ def check_mqa(grouped_attention_by_hand, seed: int = 0) -> str | None:
 
 
 CHECKS: dict[str, Check] = {
-    "ch3.mha_forward": Check(check_mha_forward, "batched_mha_by_hand",
-          forbidden=("torch.nn.functional.multi_head_attention_forward",
-                     "torch.nn.functional.scaled_dot_product_attention",
-                     "torch.nn.MultiheadAttention.forward",  # and its inference fast path:
-                     "torch._native_multi_head_attention",
-                     "attention_book.multihead.MultiHeadAttention.forward")),
+    "ch3.ov_matrices": Check(check_ov_matrices, "ov_matrices_by_hand",
+          forbidden=()),  # slices and a product: no library function does it
     "ch3.mask_to_sdpa": Check(check_mask_to_sdpa, "mask_to_sdpa",
           forbidden=("attention_book.multihead.mask_from_torch",)),
     "ch3.ablate_heads": Check(check_ablate_heads, "ablate_heads_by_hand",
