@@ -89,13 +89,17 @@ def encoder_decoder(png_dir=None):
     xe, xd, w = 2.3, 7.4, 3.4  # the encoder's and the decoder's columns
     text(ax, 0.2, 7.6, "An encoder–decoder: the decoder's cross-attention reads the encoder's output",
          size=FONT, ha="left", weight="bold")
-    text(ax, 0.2, 7.3, "Residual connections and LayerNorm are left out. The dashed decoder layer repeats N times: "
-         "the same memory\nfeeds every layer's cross-attention, and each layer projects it with its own W_key, W_value",
+    text(ax, 0.2, 7.3, "Residual connections and LayerNorm are left out. Each dashed layer repeats N times, on both sides: "
+         "the encoder's final\noutput, the memory, feeds every decoder layer's cross-attention, each with its own "
+         "W_key, W_value",
          size=SMALL, ha="left", color=MUTED, va="top", linespacing=1.35)
     box(ax, xe, 0.55, w, 0.55, "source tokens (B, S)", style="tensor", size=SMALL)
     arrow(ax, (xe, 0.83), (xe, 1.3))
     box(ax, xe, 1.6, w, 0.55, "embedding + positions", style="layer", size=SMALL)
     arrow(ax, (xe, 1.88), (xe, 2.35))
+    ax.add_patch(Rectangle((xe - w / 2 - 0.12, 2.26), w + 0.24, 2.12, fill=False, edgecolor=MUTED,
+                           linewidth=1.2, linestyle=(0, (4, 3))))  # one encoder layer, repeated N times
+    text(ax, xe + w / 2 + 0.45, 3.3, "× N\nlayers", size=FONT, weight="bold", linespacing=1.3)
     box(ax, xe, 2.75, w, 0.75, "self-attention\n(every source token sees all)", style="key", size=SMALL)
     arrow(ax, (xe, 3.13), (xe, 3.6))
     box(ax, xe, 3.9, w, 0.55, "feed-forward", style="layer", size=SMALL)
