@@ -51,12 +51,16 @@ def test_kv_cache_steps_read_the_caches_back():
     figure = kv_cache_steps(prompt, steps, window=window, block_size=block, other_prompt=2)
     records = figure.data["steps"]
     assert len(records) == steps + 1
+    before = []  # what the ring held before each step
     for step, record in enumerate(records):
         length = prompt + step
         assert record["full"] == list(range(length))  # the full cache: every position, in order
         held = sorted(p for p in record["ring"] if p is not None)
         assert held == list(range(max(0, length - window), length))  # the ring: the last `window` positions
         assert all(p % window == slot for slot, p in enumerate(record["ring"]) if p is not None)  # slot p mod w
+        dropped = (set(before) | set(record["new"])) - set(held)  # written or held, and now gone
+        assert record["ring_wrapped"] == bool(dropped)  # the prefill of 5 into 4 slots already wraps
+        before = held
         assert record["lengths"] == [length, 2 + step]
         assert [len(t) for t in record["tables"]] == [-(-length // block), -(-(2 + step) // block)]
         owners = [o for o in record["pool"] if o is not None]

@@ -139,7 +139,7 @@ def kv_cache_steps(prompt: int = 5, steps: int = 6, *, window: int = 4, block_si
             "new": new,
             "full": [int(v) - 1 for v in full.keys[0, 0, :len(full), 0].tolist()],
             "ring": _ring_slots(ring),
-            "ring_wrapped": step > 0 and start >= window,
+            "ring_wrapped": new[-1] >= window,  # position p lands on slot p mod w, over p - w
             "pool": _pool_owners(pool, paged),
             "tables": [list(table) for table in paged.block_tables],
             "lengths": list(paged.lengths),
