@@ -30,6 +30,7 @@ from attention_book.induction import (
     loss_per_token,
     optimal_losses,
     path_ablated_forward,
+    position_qk_circuit,
     previous_token_curve,
     previous_token_score,
     qk_ov,
@@ -252,6 +253,40 @@ def test_ov_circuits_copy_in_the_induction_heads_and_not_at_random():
     random_top1, random_positivity = random_head_copying(model, 1, 0, samples=10)
     assert top1 > 0.5 > 0.1 > random_top1 and positivity > 0.9 > 0.3 > abs(random_positivity)
     assert copying_scores(torch.eye(5)) == (1.0, 1.0) and copying_scores(-torch.eye(5))[1] == -1.0
+
+
+def test_position_qk_circuit_is_the_models_position_term():
+    """For one sequence, the circuit is the position-position score of layer 1 with the model's own
+    LayerNorm: the normalised input minus its token part, (e − mean e) / σ(e + p) · g."""
+    model, _ = load_trained("learned")
+    tokens = evaluation_batch(model.config)[0][:1]  # (1, T)
+    norm, head = model.norms[0], 3
+    with torch.no_grad():
+        x = model.embed(tokens)[0]  # (T, E)
+        scale = (x.var(-1, unbiased=False) + norm.eps).sqrt()[:, None]  # (T, 1)
+        e = model.embedding(tokens)[0]  # (T, E)
+        token_part = (e - e.mean(-1, keepdim=True)) / scale * norm.weight  # (T, E)
+        P = norm(x) - token_part  # (T, E): the position part, bias included
+    expected = P @ qk_ov(model, 0, head)[0] @ P.T / 4  # (T, T), √d_k = 4
+    circuit = position_qk_circuit(model, head, tokens)  # (T, T)
+    lower = torch.ones_like(circuit, dtype=torch.bool).tril()  # (T, T)
+    torch.testing.assert_close(circuit[lower], expected[lower], atol=1e-4, rtol=1e-4)
+    assert torch.isinf(circuit[~lower]).all()
+    # over the evaluation batch the positions alone give the measured previous-token weight
+    tokens = evaluation_batch(model.config)[0]  # (B, T)
+    with torch.no_grad():
+        _, maps = model(tokens)
+    alone = position_qk_circuit(model, head).softmax(-1).diagonal(-1)[:30]  # (T − 2,)
+    assert (previous_token_curve(maps[0])[head] - alone).abs().max() < 0.07
+    with pytest.raises(ValueError, match="learned positions"):
+        position_qk_circuit(load_trained("rope")[0], head)
+
+
+def test_random_head_copying_every_draw_averages_to_the_mean():
+    model, _ = load_trained("learned")
+    draws = random_head_copying(model, 1, 0, samples=5, every=True)  # (5, 2)
+    assert draws.shape == (5, 2)
+    assert random_head_copying(model, 1, 0, samples=5) == tuple(float(x) for x in draws.mean(0))
 
 
 def test_k_composition_path_ablation():

@@ -502,13 +502,24 @@ def token_ov_circuit(model: AttentionOnly, layer: int, head: int, W_OV: torch.Te
     return normed_embeddings(model, layer) @ W_OV @ model.unembed.weight.detach().T  # (V, V)
 
 
-def position_qk_circuit(model: AttentionOnly, head: int) -> torch.Tensor:
-    """Layer 1's QK circuit on learned positions alone (T, T): LN(P)[p] W_QK LN(P)[s]ᵀ / √d_k, the score a
-    query at p gives a key at s from their positions (the tokens left out), future keys −inf."""
+def position_qk_circuit(model: AttentionOnly, head: int, tokens: torch.Tensor | None = None) -> torch.Tensor:
+    """Layer 1's QK circuit on learned positions alone (T, T): LN_P[p] W_QK LN_P[s]ᵀ / √d_k, the score a
+    query at p gives a key at s from their positions (the tokens left out), future keys −inf.
+
+    LN_P is the position part of LayerNorm(token + position) as the model scales it: each centred position
+    row times the gain, plus the bias, divided by the standard deviation of token plus position, averaged
+    at each position over `tokens` (B, T) (default: the evaluation batch). Dividing a position row by its
+    own, smaller standard deviation would sharpen the scores the model computes."""
     if model.config.positions != "learned":
         raise ValueError(f"a position QK circuit needs learned positions, not {model.config.positions!r}")
+    tokens = evaluation_batch(model.config)[0] if tokens is None else tokens
+    validate_tokens(tokens, model.config.vocab_size)
+    norm = model.norms[0]
     with torch.no_grad():
-        P = model.norms[0](model.position.embedding.weight)  # (T, E)
+        x = model.embed(tokens)  # (B, T, E): token plus position
+        scale = (x.var(-1, unbiased=False) + norm.eps).sqrt().mean(0)  # (T,): what LayerNorm divides by
+        P = model.position.embedding.weight[:x.shape[1]]  # (T, E)
+        P = (P - P.mean(-1, keepdim=True)) / scale[:, None] * norm.weight + norm.bias  # (T, E)
     d = model.config.embed_dim // model.config.num_heads
     scores = P @ qk_ov(model, 0, head)[0] @ P.T / math.sqrt(d)  # (T, T)
     return scores.masked_fill(~causal_mask(len(P)), float("-inf"))
@@ -535,16 +546,19 @@ def copying_scores(circuit: torch.Tensor) -> tuple[float, float]:
     return float(top1), float(eigenvalues.sum().real / eigenvalues.abs().sum())
 
 
-def random_head_copying(model: AttentionOnly, layer: int, head: int, samples: int = 100, seed: int = 0):
+def random_head_copying(model: AttentionOnly, layer: int, head: int, samples: int = 100, seed: int = 0,
+                        every: bool = False):
     """The reference: `copying_scores` of heads whose W_V and W_O are random Gaussian matrices of the same
-    shapes and norms as the trained head's, averaged over `samples`: (top-1 fraction, positivity)."""
+    shapes and norms as the trained head's, averaged over `samples`: (top-1 fraction, positivity); with
+    `every`, each draw's pair instead, a tensor (samples, 2), to show their spread."""
     w, generator = head_weights(model, layer, head), torch.Generator().manual_seed(seed)
     scores = []
     for _ in range(samples):
         W_V, W_O = (torch.randn(w[k].shape, generator=generator) for k in ("W_V", "W_O"))
         W_V, W_O = W_V * w["W_V"].norm() / W_V.norm(), W_O * w["W_O"].norm() / W_O.norm()
         scores.append(copying_scores(token_ov_circuit(model, layer, head, W_V @ W_O)))
-    return tuple(float(x) for x in torch.tensor(scores).mean(0))
+    scores = torch.tensor(scores)  # (samples, 2)
+    return scores if every else tuple(float(x) for x in scores.mean(0))
 
 
 def head_outputs(model: AttentionOnly, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
