@@ -75,15 +75,22 @@ def run_machine() -> dict:
     return {**machine(), "cpu_model": cpu_model(), "load_average_start": load_average()}
 
 
-def main() -> None:
+def sweep(lengths: list[int], inputs: int, step, repeats: int, backward: bool = False) -> tuple[dict, list[dict]]:
+    """The machine record and the rows of every length: `inputs` tensors (B, H, T, d) drawn from seed 0 at each T,
+    timed as `step(attend)(*tensors, causal)` (this file's forward; efficient_attention_backward.py's training step)."""
     torch.set_num_threads(THREADS)
     where = run_machine()
     rows = []
-    for T in tqdm(LENGTHS, desc="lengths"):
+    for T in tqdm(lengths, desc="lengths"):
         torch.manual_seed(0)
-        q, k, v = (torch.randn(1, HEADS, T, HEAD_DIM) for _ in range(3))  # (B, H, T, d)
-        rows += rows_for_length(T, lambda attend, causal, x=(q, k, v): partial(attend, *x, causal), REPEATS)
+        x = [torch.randn(1, HEADS, T, HEAD_DIM) for _ in range(inputs)]  # (B, H, T, d) each
+        rows += rows_for_length(T, lambda attend, causal, x=x: partial(step(attend), *x, causal), repeats, backward)
     where["load_average_end"] = load_average()
+    return where, rows
+
+
+def main() -> None:
+    where, rows = sweep(LENGTHS, 3, lambda attend: attend, REPEATS)
     save_result({"machine": where, "conditions": CONDITIONS, "heads": HEADS, "head_dim": HEAD_DIM,
                  "repeats": REPEATS, "measures": "forward, fp32, B = 1", "rows": rows},
                 "efficient_attention_cpu", "src/attention_book/data")

@@ -15,8 +15,7 @@ call) pays hundreds of times and the fused kernel once; one thread measures the 
 from functools import partial
 
 import torch
-from efficient_attention import CONDITIONS, HEAD_DIM, HEADS, THREADS, load_average, rows_for_length, run_machine
-from tqdm import tqdm
+from efficient_attention import CONDITIONS, HEAD_DIM, HEADS, sweep
 
 from attention_book.measure import save_result
 
@@ -32,15 +31,7 @@ def forward_backward(attend, q, k, v, grad, causal):
 
 
 def main() -> None:
-    torch.set_num_threads(THREADS)
-    where = run_machine()
-    rows = []
-    for T in tqdm(LENGTHS, desc="lengths"):
-        torch.manual_seed(0)
-        q, k, v, grad = (torch.randn(1, HEADS, T, HEAD_DIM) for _ in range(4))  # (B, H, T, d)
-        rows += rows_for_length(T, lambda attend, causal, x=(q, k, v, grad): partial(forward_backward, attend, *x, causal),
-                                REPEATS, backward=True)
-    where["load_average_end"] = load_average()
+    where, rows = sweep(LENGTHS, 4, lambda attend: partial(forward_backward, attend), REPEATS, backward=True)
     save_result({"machine": where, "conditions": CONDITIONS, "heads": HEADS, "head_dim": HEAD_DIM,
                  "repeats": REPEATS, "measures": "forward + backward (dQ, dK, dV), fp32, B = 1", "rows": rows},
                 "efficient_attention_backward_cpu", "src/attention_book/data")
