@@ -29,7 +29,7 @@ from attention_book.measure import machine
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "src" / "attention_book" / "data" / "grading_class_cpu.json"
-PROGRESS = re.compile(r"^\[\d+/\d+\] .* (\d+)/(\d+) \((\d+) s\)")  # the grader's line per notebook
+PROGRESS = re.compile(r"^\[\d+/\d+\] \S+ +\S*?(\d\d)_\S+ +(\d+)/(\d+) \((\d+) s\)")  # the grader's line per notebook
 
 
 class LoadSampler(threading.Thread):
@@ -78,7 +78,9 @@ def main() -> None:
         load.stopped.set()
         with open(grades / "results.csv") as file:
             rows = list(csv.DictReader(file))
-    per_notebook = [int(m.group(3)) for line in run.stderr.splitlines() if (m := PROGRESS.match(line))]
+    timed = [(m.group(1), int(m.group(4))) for line in run.stderr.splitlines() if (m := PROGRESS.match(line))]
+    per_notebook = [seconds for _, seconds in timed]
+    by_chapter = {chapter: [s for c, s in timed if c == chapter] for chapter in sorted({c for c, _ in timed})}
     passed = sum(row["passed"] == "True" for row in rows)
     failed = sorted({f"{row['exercise']}: {row['message'][:160]}" for row in rows if row["passed"] != "True"})
     record = {"machine": {**machine(), **load.summary(), "note": args.note}, "started": started, "students": args.students,
@@ -86,7 +88,9 @@ def main() -> None:
               "exercises": len(rows), "passed": passed, "failed": failed, "seconds": round(seconds, 1),
               "seconds_per_notebook": {"median": statistics.median(per_notebook),
                                        "quartiles": statistics.quantiles(per_notebook, n=4)[::2],
-                                       "max": max(per_notebook)} if len(per_notebook) > 1 else per_notebook}
+                                       "max": max(per_notebook)} if len(per_notebook) > 1 else per_notebook,
+              "seconds_by_chapter": {chapter: {"median": statistics.median(times), "max": max(times),
+                                               "total": sum(times)} for chapter, times in by_chapter.items()}}
     args.out.write_text(json.dumps(record, indent=1) + "\n")
     print(f"{args.students} students × {len(chapters)} chapters: {passed}/{len(rows)} exercises passed in "
           f"{seconds / 60:.1f} min with {args.jobs} jobs (load average {record['machine']['load_average_1min']})")

@@ -338,6 +338,22 @@ def test_the_latents_broadcast_over_the_heads_are_seen_in_the_sandbox_too():
     assert not verdicts[1].passed and "broadcast the latents" in verdicts[1].message, verdicts[1].message
 
 
+@pytest.mark.parametrize("shapes", [((2, 1, 3), (4, 3)), ((), (5,)), ((1,), (1,)), ((2, 3), (2, 1, 3)),
+                                    ((7, 1, 1), (1, 4, 1), (1, 1, 2))])
+def test_the_watchers_broadcast_rule_is_torchs(shapes):
+    """`spy.broadcast_shape` (plain Python, so that no check imports torch.fx inside the import guard: it
+    cost ch3.mqa half a minute) gives torch.broadcast_shapes' answer, and refuses what torch refuses."""
+    from attention_book.course.spy import broadcast_shape
+
+    assert broadcast_shape(*shapes) == tuple(torch.broadcast_shapes(*shapes))
+    clash = (*broadcast_shape(*shapes)[:-1], 11)  # 11 against a last size other than 1 or 11
+    if broadcast_shape(*shapes)[-1:] not in ((), (1,)):
+        with pytest.raises(RuntimeError):
+            torch.broadcast_shapes(*shapes, clash)
+        with pytest.raises(ValueError, match="do not broadcast"):
+            broadcast_shape(*shapes, clash)
+
+
 def test_the_chapters_in_place_cache_step_passes_in_the_sandbox_with_its_writes(monkeypatch):
     """ch7.cached_step writes the new key and value into the caller's buffers (arguments 3 and 4). With
     `writes=(3, 4)` in its entry the grader copies them back and the chapter's own solution passes in the

@@ -66,6 +66,20 @@ def plain(value):
         return value.as_subclass(torch.Tensor)
 
 
+def broadcast_shape(*shapes) -> tuple[int, ...]:
+    """The shape `shapes` broadcast to (NumPy's rule), in plain Python: `torch.broadcast_shapes` imports
+    torch.fx's symbolic shapes on its first call, half a minute inside the grader's import guard.
+    ValueError if they do not broadcast."""
+    rank = max(map(len, shapes), default=0)
+    out = []
+    for sizes in zip(*((1,) * (rank - len(s)) + tuple(s) for s in shapes)):
+        larger = {n for n in sizes if n != 1}
+        if len(larger) > 1:
+            raise ValueError(f"shapes {[tuple(s) for s in shapes]} do not broadcast")
+        out.append(larger.pop() if larger else 1)
+    return tuple(out)
+
+
 class KeyValueCopies:
     """While active (a torch function mode: every torch function, tensor method and operator the code calls),
     logs each call that materialises the given keys and values, or a tensor computed from them alone, at a
@@ -121,7 +135,7 @@ class KeyValueCopies:
         if not sources:
             return
         if name in self._MATMULS and len(tensors) == 2 and min(t.dim() for t in tensors) >= 3:
-            batch = torch.broadcast_shapes(*(t.shape[:-2] for t in tensors))
+            batch = broadcast_shape(*(t.shape[:-2] for t in tensors))
             for t in tensors:
                 if (found := self.source(t)) is not None and t.shape[:-2] != batch:
                     self.copies.append((name, (*batch, *t.shape[-2:]), found[0]))
