@@ -72,7 +72,7 @@ def broadcast_shape(*shapes) -> tuple[int, ...]:
     ValueError if they do not broadcast."""
     rank = max(map(len, shapes), default=0)
     out = []
-    for sizes in zip(*((1,) * (rank - len(s)) + tuple(s) for s in shapes)):
+    for sizes in zip(*((1,) * (rank - len(s)) + tuple(s) for s in shapes), strict=True):
         larger = {n for n in sizes if n != 1}
         if len(larger) > 1:
             raise ValueError(f"shapes {[tuple(s) for s in shapes]} do not broadcast")
