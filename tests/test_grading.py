@@ -324,18 +324,25 @@ def test_the_method_the_spy_sees_is_graded_in_the_sandbox_too():
 
 def test_the_latents_broadcast_over_the_heads_are_seen_in_the_sandbox_too():
     """ch8.absorbed_decode asks for the heads folded into the query rows: a (B, H, 1, d_c) query times the
-    (B, 1, S, d_c) latents gives the right values, but torch.matmul copies the latents per head. The
-    worker's watcher (`spy.KeyValueCopies`) sees the copy, so the sandbox refuses it as the kernel does,
-    and passes the fold."""
+    (B, 1, S, d_c) latents gives the right values, but torch.matmul copies the latents per head, and a loop
+    over the heads copies nothing but reads the latents once per head. The worker's watcher
+    (`spy.KeyValueCopies`) sees the copy and counts the reads, so the sandbox refuses both, and passes the
+    fold."""
     head = ("import math\n\nimport torch\n\n\ndef absorbed_decode(q_c, q_r, c, k_r, w_uk, w_uv):\n"
             "    q_lat = torch.einsum('bhtd,hdc->bhtc', q_c, w_uk)\n")
     tail = ("    w = torch.softmax(s / math.sqrt(q_c.shape[-1] + q_r.shape[-1]), -1)\n"
             "    return torch.einsum('bhtc,hdc->bhtd', (w @ c).reshape(*q_c.shape[:2], 1, -1), w_uv)\n")
     folded = head + ("    s = q_lat.flatten(1, 2)[:, None] @ c.mT + q_r.flatten(1, 2)[:, None] @ k_r.mT\n") + tail
     broadcast = head + "    s = q_lat @ c.mT + q_r @ k_r.mT\n" + tail
-    verdicts = sandbox_verdicts((folded, broadcast), "absorbed_decode", "ch8.absorbed_decode")
+    per_head = head + ("    s = torch.stack([q_lat[:, h] @ c[:, 0].mT + q_r[:, h] @ k_r[:, 0].mT\n"
+                       "                     for h in range(q_c.shape[1])], 1)\n"
+                       "    w = torch.softmax(s / math.sqrt(q_c.shape[-1] + q_r.shape[-1]), -1)\n"
+                       "    ctx = torch.stack([w[:, h] @ c[:, 0] for h in range(q_c.shape[1])], 1)\n"
+                       "    return torch.einsum('bhtc,hdc->bhtd', ctx, w_uv)\n")
+    verdicts = sandbox_verdicts((folded, broadcast, per_head), "absorbed_decode", "ch8.absorbed_decode")
     assert verdicts[0].passed, verdicts[0].message
     assert not verdicts[1].passed and "broadcast the latents" in verdicts[1].message, verdicts[1].message
+    assert not verdicts[2].passed and "once per head" in verdicts[2].message, verdicts[2].message
 
 
 @pytest.mark.parametrize("shapes", [((2, 1, 3), (4, 3)), ((), (5,)), ((1,), (1,)), ((2, 3), (2, 1, 3)),

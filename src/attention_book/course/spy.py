@@ -90,7 +90,8 @@ class KeyValueCopies:
     call computes from the keys or values together with another tensor (a product with the queries or the
     weights: the scores, the context) is no longer the keys or values, and `used` records which of the
     given tensors (by position) reached such a call: an answer computed from them with nothing in `used`
-    was computed out of the watcher's sight. (A dispatch mode would see matmul's copy itself, but it
+    was computed out of the watcher's sight; `reads` counts those calls per given tensor (a loop over the
+    heads reads shared latents once per head, a folded product once). (A dispatch mode would see matmul's copy itself, but it
     imports torch._dynamo, which aborts a process that has loaded TensorFlow.) Chapter 3's ch3.mqa; in the
     grader's sandbox by `watch` (`WATCHERS["copies"]`)."""
 
@@ -110,6 +111,7 @@ class KeyValueCopies:
         self.elements = {t.untyped_storage().data_ptr(): (t.numel(), frozenset({i})) for i, t in enumerate(tensors)}
         self.copies: list[tuple[str, tuple[int, ...], int]] = []  # (the call, the copy's shape, source size)
         self.used: set[int] = set()  # the given tensors that met another tensor in a call (a product)
+        self.reads: dict[int, int] = {}  # given tensor -> how many such calls read it
 
         class Calls(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -143,6 +145,8 @@ class KeyValueCopies:
         origins = frozenset().union(*(found[1] for found in sources))
         if others or name in self._PRODUCTS:
             self.used |= origins
+            for origin in origins:
+                self.reads[origin] = self.reads.get(origin, 0) + 1
             return  # not the keys or values alone: a product with the queries or the weights
         size = max(found[0] for found in sources)
         for made in out if isinstance(out, (tuple, list)) else (out,):
@@ -155,16 +159,17 @@ class KeyValueCopies:
     def report(self) -> dict:
         """What the watcher saw, as JSON (the worker sends it to the grader)."""
         return {"copies": [[name, list(shape), size] for name, shape, size in self.copies[:self.MAX_COPIES]],
-                "used": sorted(self.used)}
+                "used": sorted(self.used), "reads": [[i, n] for i, n in sorted(self.reads.items())]}
 
     def absorb(self, report) -> None:
         """Add a report from the sandbox's watcher (`report`) to this one's log; ValueError for any other form
         (the worker's answer is the student's process's output)."""
-        if not isinstance(report, dict) or set(report) != {"copies", "used"}:
-            raise ValueError("a watcher's report must be {copies, used}")
-        copies, used = report["copies"], report["used"]
-        if not isinstance(copies, list) or not isinstance(used, list) or len(copies) > self.MAX_COPIES:
-            raise ValueError("a watcher's report must hold two lists")
+        if not isinstance(report, dict) or set(report) != {"copies", "used", "reads"}:
+            raise ValueError("a watcher's report must be {copies, used, reads}")
+        copies, used, reads = report["copies"], report["used"], report["reads"]
+        if not (isinstance(copies, list) and isinstance(used, list) and isinstance(reads, list)
+                and len(copies) <= self.MAX_COPIES):
+            raise ValueError("a watcher's report must hold three lists")
         for entry in copies:
             if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str)
                     and isinstance(entry[1], list) and all(_count(n) for n in entry[1]) and _count(entry[2])
@@ -174,6 +179,11 @@ class KeyValueCopies:
         if not all(_count(i) and i < len(self.given) for i in used):
             raise ValueError(f"not positions of watched tensors: {str(used)[:60]}")
         self.used |= set(used)
+        for entry in reads:
+            if not (isinstance(entry, list) and len(entry) == 2 and _count(entry[0]) and entry[0] < len(self.given)
+                    and _count(entry[1])):
+                raise ValueError(f"not a read count: {str(entry)[:60]}")
+            self.reads[entry[0]] = self.reads.get(entry[0], 0) + entry[1]
 
     def __enter__(self):
         self.mode.__enter__()
