@@ -31,6 +31,23 @@ def test_the_sinks_mask_keeps_the_first_positions_and_the_window():
                              [1, 1, 0, 0, 0, 1, 1]]
 
 
+@pytest.mark.parametrize("window, sinks", [(3, 2), (8, 1), (4, 4)])
+def test_a_decode_step_on_a_sink_ring_needs_no_mask(window, sinks):
+    """Every slot a ring with sinks holds is visible to the newest query, so
+    the layer builds no mask (and takes the no-copy grouped path); a plain
+    cache past window + sinks positions still needs one."""
+    layer = CausalSelfAttention(8, 2, window=window, sinks=sinks)
+    ring, plain = RingKVCache(window, sinks), KVCache(64)
+    for step in range(3 * (window + sinks)):
+        _, keys_at = ring.positions(1)
+        assert position_mask(torch.tensor([step]), keys_at, window, sinks).all()
+        assert layer.mask(1, cache=ring)[0] is None
+        mask, _ = layer.mask(1, cache=plain)
+        assert (mask is None) == (step < window + sinks)
+        for cache in (ring, plain):
+            cache.append(torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1, 4))
+
+
 @st.composite
 def sink_case(draw):
     """A window, a number of sinks, chunk sizes fed one after another, a seed."""

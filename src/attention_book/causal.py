@@ -123,7 +123,10 @@ class CausalSelfAttention(nn.Module):
             query_positions, key_positions = cache.positions(num_queries,
                                                              device)
         num_keys = key_positions.shape[-1]
-        window_covers_all = self.window is None or num_keys <= self.window
+        # contiguous keys 0 … S − 1, or a full ring: the newest query sees
+        # them all when S ≤ window + sinks (chapter 8)
+        window_covers_all = (self.window is None
+                             or num_keys <= self.window + self.sinks)
         if query_positions.dim() == 1 and window_covers_all:  # one batch start
             if num_queries == num_keys:
                 return None, True
