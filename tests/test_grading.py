@@ -278,10 +278,10 @@ def test_the_worker_watches_what_the_check_asks_and_a_reply_without_its_report_e
     with sandbox.Sandbox(timeout=60, weak=not NAMESPACES) as child:
         child.define(honest, "attend")
         child.call(q, k, v, watch={"copies": [1, 2]})
-        assert child.watched == {"copies": {"copies": [], "used": [0, 1]}}
+        assert child.watched == {"copies": {"copies": [], "used": [0, 1], "reads": [[0, 1], [1, 1]]}}
         child.define("def attend(q, k, v):\n    return k.repeat(1, 2)\n", "attend")
         child.call(q, k, v, watch={"copies": [1, 2]})
-        assert child.watched == {"copies": {"copies": [["repeat", [4, 4], 8]], "used": []}}
+        assert child.watched == {"copies": {"copies": [["repeat", [4, 4], 8]], "used": [], "reads": []}}
         child.define(dropping, "attend")
         with pytest.raises(sandbox.SandboxEnded, match="without the report of the watchers"):
             child.call(q, k, v, watch={"copies": [1, 2]})
@@ -359,6 +359,35 @@ def test_the_watchers_broadcast_rule_is_torchs(shapes):
             torch.broadcast_shapes(*shapes, clash)
         with pytest.raises(ValueError, match="do not broadcast"):
             broadcast_shape(*shapes, clash)
+
+
+def test_the_sandbox_preloads_tensorflow_once_for_the_exercises_that_ask_and_nothing_else():
+    """`Check.imports`: the worker imports TensorFlow before it forks the exercise (each TensorFlow exercise
+    imported it again, seconds each) and keeps it across the student's notebooks; a name outside
+    `wire.PRELOADABLE` is refused. Every Keras exercise asks for it."""
+    from attention_book.course.wire import PRELOADABLE
+
+    source = "import sys\n\n\ndef loaded(name):\n    return name in sys.modules\n"
+    with sandbox.Sandbox(timeout=120, weak=not NAMESPACES) as child:
+        child.exercise(source, "loaded")
+        assert child.call("tensorflow") is False and child.call("keras") is False
+        child.finish()
+        with pytest.raises(ValueError, match=r"\['http.server'\] cannot be preloaded"):
+            child.preload(("tensorflow", "http.server"))
+        child.preload(("keras", "tensorflow"))
+        assert child.preloaded == {"tensorflow", "keras"}
+        child.exercise(source, "loaded")
+        assert child.call("tensorflow") is True and child.call("keras") is True
+        child.finish()
+        if NAMESPACES:  # the weak mode starts a fresh sandbox per notebook instead
+            assert child.renew(60)  # the next notebook of the same student: still loaded
+            child.exercise(source, "loaded")
+            assert child.call("tensorflow") is True
+            child.finish()
+    assert set(PRELOADABLE) == {"tensorflow", "keras"}
+    keras_checks = {name for name, entry in checks.CHECKS.items() if "keras" in " ".join(entry.forbidden)
+                    or name.startswith("ch6.")}
+    assert keras_checks and all(checks.CHECKS[name].imports == PRELOADABLE for name in keras_checks)
 
 
 def test_the_chapters_in_place_cache_step_passes_in_the_sandbox_with_its_writes(monkeypatch):

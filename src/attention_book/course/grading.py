@@ -218,6 +218,7 @@ def grade_notebook(path: Path, timeout: float = 60, hidden: tuple[Path, ...] = (
                         sandbox = kept
                     else:
                         sandbox = Sandbox(timeout=left, memory_mb=memory_mb, hidden=hidden, weak=weak)
+                sandbox.preload(entry.imports)
                 sandbox.exercise(source, entry.function, entry.forbidden, seconds=exercise_seconds)
             except SandboxEnded as error:
                 results.append(Result(name, False, str(error)))

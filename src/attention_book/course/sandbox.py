@@ -468,6 +468,7 @@ class Sandbox:
         self.deadline = self.notebook_deadline = time.monotonic() + timeout
         self.scratch = tempfile.mkdtemp(prefix="attention-book-grading-")
         self.weak, self.memory_mb, self.largest, self.spied, self.watched = weak, memory_mb, 0, {}, {}
+        self.preloaded: set[str] = set()  # modules the worker has imported (they stay across renewals)
         self.shm = SharedMemoryFiles() if weak else None  # the weak mode's /dev/shm, before the notebook
         if not weak and isolation() is not None:
             raise RuntimeError(f"the sandbox cannot isolate submissions here ({isolation()}); grade with --weak to "
@@ -540,6 +541,19 @@ class Sandbox:
             self.close()
             return False
         return True
+
+    def preload(self, modules: tuple[str, ...]) -> None:
+        """Have the worker import `modules` (of `wire.PRELOADABLE`) once, before it forks the exercises that
+        use them: a TensorFlow chapter's exercises then do not each import TensorFlow."""
+        if unknown := [m for m in modules if m not in wire.PRELOADABLE]:
+            raise ValueError(f"modules {unknown} cannot be preloaded: only {list(wire.PRELOADABLE)}")
+        wanted = [m for m in wire.PRELOADABLE if m in modules and m not in self.preloaded]
+        if not wanted or self.in_exercise:
+            return
+        answer = self._exchange({"preload": wanted})
+        if answer != {"preloaded": wanted}:
+            raise self._end("it answered out of turn (forged answers on the grader's channel)")
+        self.preloaded |= set(wanted)
 
     def exercise(self, source: str, function: str, forbidden: tuple[str, ...] = (), seconds: float | None = None) -> None:
         """Fork a process for one exercise, make `forbidden` raise in it, run the solution cell there; raises

@@ -14,6 +14,7 @@ import torch
 
 DTYPES = {"float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool"}
 MAX_DEPTH = 32
+PRELOADABLE = ("tensorflow", "keras")  # what the grader may ask the sandbox's worker to import before it forks
 
 
 def encode(value):

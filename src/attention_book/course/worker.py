@@ -8,7 +8,9 @@ forks one process per exercise: the grader sends {"define": source, "function": 
 cell and answers {"defined": true}, then answers each {"call": [arguments]} with one line, until {"done":
 true}; when that process has ended, for whatever reason, this one answers {"over": exit status}. Between two
 notebooks of the same student, {"reset": true} kills every other process of the sandbox and empties its
-scratch folder and /dev/shm (`reset`). So what
+scratch folder and /dev/shm (`reset`); {"preload": [names]} imports modules of `wire.PRELOADABLE` here, before
+the exercise's fork, so that each exercise of a TensorFlow chapter does not import TensorFlow again (seconds
+each). So what
 one exercise's code patches or breaks never reaches the next. Nothing it answers is trusted: the grader
 judges the values it receives, in its own process.
 
@@ -36,6 +38,19 @@ import traceback
 from attention_book.course.forbid import Forbidden
 
 _KEEP: list = []  # the exercise's switched-off functions stay off as long as its process lives
+
+
+def preload(names) -> list[str]:
+    """Import the named modules of `wire.PRELOADABLE` in this process (the exercises' forks inherit them); the
+    names imported. Anything else in `names` is ignored (the request comes from the grader, but is checked)."""
+    import importlib
+
+    from attention_book.course.wire import PRELOADABLE
+
+    chosen = [n for n in PRELOADABLE if isinstance(names, list) and n in names]
+    for name in chosen:
+        importlib.import_module(name)
+    return chosen
 
 
 def no_new_programs() -> bool:
@@ -238,6 +253,9 @@ def main(processes: int | None = None) -> None:
     for request in requests:
         if request == {"reset": True}:  # the next notebook of the same student
             _answer(channel, {"reset": reset()})
+            continue
+        if isinstance(request, dict) and set(request) == {"preload"}:
+            _answer(channel, {"preloaded": preload(request["preload"])})
             continue
         if "define" not in request:
             _answer(channel, {"over": None})  # no exercise is running

@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from .common import case_generator, CASES, Check, matches, shape_problem, sizes, value_problem
+from .common import TENSORFLOW, case_generator, CASES, Check, matches, shape_problem, sizes, value_problem
 
 
 def check_jacobian(softmax_jacobian_by_hand, seed: int = 0) -> str | None:
@@ -143,5 +143,6 @@ CHECKS: dict[str, Check] = {
     "ch2.linear_port": Check(check_linear_port, "linear_state_dict",
           forbidden=()),  # the answer is a layout: no library function to switch off
     "ch2.additive": Check(check_additive, "additive_scores_by_hand",
-          forbidden=("keras.layers.AdditiveAttention",)),
+          forbidden=("keras.layers.AdditiveAttention",),
+          imports=TENSORFLOW),
 }

@@ -13,7 +13,7 @@ from ...keras_decoder import (
     project,
     softmax,
 )
-from .common import CASES, Check, shape_problem
+from .common import TENSORFLOW, CASES, Check, shape_problem
 
 OPTIMIZER_NOISE = {"optimizer/vars/0": np.array(3.0), "optimizer/vars/1": np.array(0.001)}
 KERAS_NAMES = {  # group -> its `name` attribute, as `build_keras_decoder`'s model writes them (tests check)
@@ -380,14 +380,18 @@ def check_h5_generation(greedy_from_h5, seed: int = 0) -> str | None:
 CHECKS: dict[str, Check] = {
     "ch6.torch_port": Check(check_torch_port, "torch_state_by_hand",
           forbidden=("attention_book.keras_decoder.torch_from_keras_map", "attention_book.multihead.keras_attention_map",
-                     "attention_book.keras_decoder.TorchKerasDecoder.from_keras")),
+                     "attention_book.keras_decoder.TorchKerasDecoder.from_keras"),
+          imports=TENSORFLOW),
     "ch6.padded": Check(check_padded, "padded_forward",
-          forbidden=("attention_book.keras_decoder.decoder_forward", "attention_book.keras_decoder.attend")),
+          forbidden=("attention_book.keras_decoder.decoder_forward", "attention_book.keras_decoder.attend"),
+          imports=TENSORFLOW),
     "ch6.two_layers": Check(check_two_layers, "two_layer_forward",
-          forbidden=("attention_book.keras_decoder.decoder_forward", "attention_book.keras_decoder.attend")),
+          forbidden=("attention_book.keras_decoder.decoder_forward", "attention_book.keras_decoder.attend"),
+          imports=TENSORFLOW),
     "ch6.h5_generation": Check(check_h5_generation, "greedy_from_h5",
           forbidden=("attention_book.keras_decoder.decoder_forward", "attention_book.keras_decoder.read_keras_weights",
                      "attention_book.keras_decoder.keras_weight_map",
                      "attention_book.keras_decoder.keras_decoder_from_weights", "keras.Model.load_weights",
-                     "keras.Layer.__call__")),
+                     "keras.Layer.__call__"),
+          imports=TENSORFLOW),
 }

@@ -13,6 +13,9 @@ CASES = 20  # random inputs per check
 WORDS = "the cat sat on a mat and ate one fish while it rained outside".split()
 
 
+TENSORFLOW = ("tensorflow", "keras")  # a `Check.imports` for the exercises that run Keras
+
+
 @dataclass(frozen=True)
 class Check:
     """A registry entry: the check function, the name of the function the solution cell defines, and the
@@ -30,6 +33,9 @@ class Check:
     # The arguments (by position) the exercise asks the function to change in place (a cache's buffers):
     # the grader's sandbox sends them back after each call and they are copied into the check's tensors.
     writes: tuple[int, ...] = ()
+    # Modules (of `wire.PRELOADABLE`) the grader's sandbox imports once before it forks this exercise:
+    # TensorFlow takes seconds to import, once per notebook instead of once per exercise.
+    imports: tuple[str, ...] = ()
 
 
 def case_generator(seed: int, case: int) -> torch.Generator:
