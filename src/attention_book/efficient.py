@@ -100,9 +100,10 @@ def naive_attention(query, key, value, causal: bool = False) -> torch.Tensor:
 
 def tiled_attention(query, key, value, causal: bool = False,
                     block_q: int = 256, block_k: int = 256, mask=None):
-    """Exact attention computed block by block with online softmax; never
-    more than (block_q, block_k) scores per head at once, forward or
-    backward (chapter 9).
+    """Exact attention computed block by block with online softmax: a few
+    (block_q, block_k) tiles of scores per head at a time (two in the
+    forward, the one in use and the next), never the (T, S) matrix, forward
+    or backward (chapter 9).
 
     query (..., T, d_k), key (..., S, d_k), value (..., S, d_v) ->
     (..., T, d_v). With `causal`, the queries are the last T of S positions
