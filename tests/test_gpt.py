@@ -64,6 +64,62 @@ def test_windows_shift_targets_by_one():
     assert torch.equal(targets, inputs + 1)
 
 
+REPEATS = gpt.GPTTrainConfig(batch_size=16, context_length=128, repeat_fraction=0.375, repeat_lengths=(10, 64))
+
+
+def occurs_in(passage: torch.Tensor, ids: torch.Tensor) -> bool:
+    """Whether `passage` (n,) is a contiguous stretch of `ids` (N,)."""
+    stretches = ids.unfold(0, len(passage), 1)  # (N − n + 1, n)
+    return bool((stretches == passage).all(1).any())
+
+
+def test_repeated_rows_are_a_real_passage_written_over_and_over(text):
+    vocab = gpt.vocabulary(text)
+    train_ids, _ = gpt.split(gpt.encode(text, vocab), REPEATS.validation_fraction)
+    generator = torch.Generator().manual_seed(7)
+    for _ in range(3):
+        inputs, targets = gpt.training_batch(train_ids, REPEATS, generator)
+        assert inputs.shape == targets.shape == (16, 128)
+        assert torch.equal(inputs[:, 1:], targets[:, :-1])  # targets are the inputs shifted by one
+        rows = torch.cat([inputs, targets[:, -1:]], 1)  # (B, T + 1): every character of each row
+        for r, row in enumerate(rows):
+            periods = [n for n in range(10, 65) if torch.equal(row[n:], row[:-n])]
+            if r < 6:  # round(16 · 0.375) rows repeat a passage of 10 to 64 characters of the training split
+                assert periods, r
+                assert any(occurs_in(row[:n], train_ids) for n in periods), r
+            else:  # the rest are windows of the training split
+                assert occurs_in(row, train_ids), r
+
+
+def test_repeated_passages_follow_the_period_they_drew():
+    ids = torch.arange(1000)  # every passage is distinct and increasing, so its period shows
+    generator = torch.Generator().manual_seed(0)
+    inputs, targets = gpt.repeated_passages(ids, 5, 40, generator, 3, 12)
+    for x, y in zip(inputs, targets, strict=True):
+        n = int(x[1:].sub(x[:-1]).lt(0).nonzero()[0]) + 1  # where the passage starts again
+        assert 3 <= n <= 12
+        assert torch.equal(x[:n], torch.arange(x[0], x[0] + n))
+        assert torch.equal(torch.cat([x, y[-1:]]), x[:n].repeat(41 // n + 1)[:41])
+    with pytest.raises(ValueError, match="shortest <= longest"):
+        gpt.repeated_passages(ids, 1, 40, generator, 12, 3)
+    with pytest.raises(ValueError, match="repeat_fraction must be in"):
+        gpt.training_batch(ids, gpt.GPTTrainConfig(repeat_fraction=1.5), generator)
+
+
+def test_no_repeats_gives_the_plain_random_windows(text):
+    ids = gpt.encode(text[:20000], gpt.vocabulary(text))
+    plain = gpt.GPTTrainConfig(repeat_fraction=0.0)
+    first, second = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    for _ in range(3):
+        batch = gpt.training_batch(ids, plain, first)
+        windows = gpt.random_windows(ids, plain.batch_size, plain.context_length, second)
+        assert all(torch.equal(a, b) for a, b in zip(batch, windows, strict=True))
+    with_repeats = gpt.training_batch(ids, REPEATS, torch.Generator().manual_seed(3))
+    windows = gpt.random_windows(ids, 16, 128, torch.Generator().manual_seed(3))
+    assert torch.equal(with_repeats[0][6:], windows[0][6:])  # the same windows below the repeated rows
+    assert not torch.equal(with_repeats[0][:6], windows[0][:6])
+
+
 def test_training_is_deterministic(text):
     """The same seed trains the same weights and curves, bit for bit (scripts/train_gpt.py relies on it)."""
     small = text[:4000]

@@ -40,6 +40,11 @@ class GPTTrainConfig:
     validation_fraction: float = 0.1  # the last tenth of the corpus is held out
     eval_every: int = 500  # steps between two measurements of the curves
     eval_windows: int = 64  # fixed windows the curves are measured on, from each split
+    repeat_fraction: float = 0.375  # share of each batch's rows that are a passage written over and over
+    repeat_lengths: tuple[int, int] = (10, 64)  # shortest and longest such passage, in characters
+
+    def __post_init__(self):  # gpt.json stores the lengths as a JSON list: the same config either way
+        object.__setattr__(self, "repeat_lengths", tuple(self.repeat_lengths))
 
 
 def model_config(vocab_size: int, context_length: int = 128) -> DecoderConfig:
@@ -132,6 +137,44 @@ def random_windows(ids: torch.Tensor, batch_size: int, length: int, generator: t
     return windows(ids, starts, length)
 
 
+def repeated_passages(ids: torch.Tensor, count: int, length: int, generator: torch.Generator,
+                      shortest: int, longest: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs and targets (count, T) made of real passages written over and over (chapter 12).
+
+    Row by row, a passage length n from `shortest` to `longest` and then its start s are drawn from
+    `generator`; the row is ids[s : s + n] repeated to fill T + 1 characters, so from the (n + 1)-th
+    character on every target can be copied from n characters back: the task an induction head solves.
+    """
+    if not 1 <= shortest <= longest < len(ids):
+        raise ValueError(f"repeat lengths must satisfy 1 <= shortest <= longest < len(ids) = {len(ids)}, "
+                         f"got shortest={shortest}, longest={longest}")
+    periods, starts = [], []
+    for _ in range(count):  # n, then s, for each row in turn
+        periods.append(int(torch.randint(shortest, longest + 1, (1,), generator=generator)))
+        starts.append(int(torch.randint(0, len(ids) - periods[-1], (1,), generator=generator)))
+    n = torch.tensor(periods, dtype=torch.long)[:, None]  # (count, 1)
+    offsets = torch.arange(length + 1) % n  # (count, T + 1): 0 … n − 1, 0 … n − 1, …
+    chunk = ids[torch.tensor(starts, dtype=torch.long)[:, None] + offsets]  # (count, T + 1)
+    return chunk[:, :-1], chunk[:, 1:]  # (count, T), (count, T)
+
+
+def training_batch(ids: torch.Tensor, config: GPTTrainConfig, generator: torch.Generator):
+    """One step's inputs and targets (B, T): random windows of `ids`, whose first round(B · repeat_fraction)
+    rows are then replaced by `repeated_passages` (chapter 12: copying must pay for an induction head to
+    form). With repeat_fraction 0 they are `random_windows`, drawn the same way."""
+    if not 0 <= config.repeat_fraction <= 1:
+        raise ValueError(f"repeat_fraction must be in [0, 1], got {config.repeat_fraction}")
+    inputs, targets = random_windows(ids, config.batch_size, config.context_length, generator)  # (B, T) each
+    count = round(config.batch_size * config.repeat_fraction)
+    if count == 0:
+        return inputs, targets
+    shortest, longest = config.repeat_lengths
+    copied_inputs, copied_targets = repeated_passages(ids, count, config.context_length, generator,
+                                                      shortest, longest)  # (count, T) each
+    return (torch.cat([copied_inputs, inputs[count:]]),  # (B, T)
+            torch.cat([copied_targets, targets[count:]]))  # (B, T)
+
+
 def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy (nats) over every position of every window: logits (B, T, V), targets (B, T)."""
     return F.cross_entropy(logits.flatten(0, 1), targets.flatten())  # (B·T, V) against (B·T,)
@@ -218,8 +261,8 @@ def training_loop(text: str, config: GPTTrainConfig,
             break
         for group in adamw.param_groups:  # both groups: this step's rate
             group["lr"] = learning_rate(step, config)
-        inputs, targets = random_windows(  # (B, T) each
-            train_ids, config.batch_size, config.context_length, batches)
+        inputs, targets = training_batch(  # (B, T) each
+            train_ids, config, batches)
         train_step(model, adamw, inputs, targets)
     return model.eval(), curves
 
