@@ -8,7 +8,8 @@ Run from the repository root (a few minutes on a 2-core CPU):  .venv/bin/python 
 The result goes to src/attention_book/data/kv_cache_variants_cpu.json, which chapters 7 and 8 read. Every
 variant has its own model (the same sizes as the chapter's decoder, random weights: the cost does not
 depend on their values) and its own caches, filled with `context` random positions and sized to them (plus room for the
-timed steps), so that the cache bytes a step reads are the context's. All the variants of a batch size
+timed steps). Each call appends a position, so round k (after one warm-up call) reads context + k + 1
+positions: the median round about REPEATS / 2 more than the context, which chapter 8 prints. All the variants of a batch size
 take turns in one interleaved run of REPEATS rounds, so that the machine's slow moments fall on all of
 them alike; every row stores the median and the quartiles of its REPEATS timings. The machine was shared
 with other jobs while this ran: compare ratios within one batch size whose ranges do not overlap, never
