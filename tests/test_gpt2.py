@@ -75,8 +75,9 @@ def test_an_untied_head_keeps_its_own_weight():
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_greedy_tokens_equal_transformers_generate(seed):
-    hf = gpt2(seed)
+@pytest.mark.parametrize("tie", [True, False])
+def test_greedy_tokens_equal_transformers_generate(tie, seed):
+    hf = gpt2(seed, tie)
     ours = from_gpt2(hf.state_dict(), num_heads=4)
     prompt = tokens((1, 5), seed)
     expected = hf.generate(prompt, max_new_tokens=50, do_sample=False)
