@@ -15,6 +15,7 @@ from attention_book.efficient import (
     naive_attention,
     online_max_and_sum,
     online_softmax,
+    sequential_sum,
     split_kv_attention,
     tiled_attention,
     tiled_attention_forward,
@@ -337,3 +338,16 @@ def test_online_max_and_sum_are_the_row_max_and_the_sum_of_exponentials():
     m, total = online_max_and_sum(x, 7)
     torch.testing.assert_close(m, x.amax(-1, keepdim=True))
     torch.testing.assert_close(total, torch.exp(x - m).sum(-1, keepdim=True))
+
+
+@pytest.mark.parametrize("dtype, terms, running, accumulated", [
+    (torch.float16, [2048.0, 1.0, 1.0], 2048.0, 2050.0),  # 2049 rounds to 2048
+    (torch.bfloat16, [2048.0] + [1.0] * 200, 2048.0, 2240.0),  # bf16 steps by 16 here
+])
+def test_sequential_sum_rounds_every_addition_where_torch_sum_does_not(dtype, terms, running, accumulated):
+    x = torch.tensor(terms, dtype=dtype)
+    assert sequential_sum(x).item() == running
+    assert x.sum().item() == accumulated  # the CPU sum accumulates in float32, rounds once
+    gen = torch.Generator().manual_seed(0)
+    y = torch.randn(3, 40, generator=gen, dtype=torch.float64)
+    torch.testing.assert_close(sequential_sum(y), y.sum(-1, keepdim=True))

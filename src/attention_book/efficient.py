@@ -29,7 +29,8 @@ def online_max_and_sum(x: torch.Tensor, block_size: int):
     (chapter 9).
 
     When a block raises the maximum, the sum so far is rescaled by
-    exp(m_old − m_new).
+    exp(m_old − m_new). For 16-bit x, PyTorch's CPU `sum` adds each block
+    in float32 and rounds once, so l is rounded once per block.
     """
     validate_block_size(block_size, "block_size")
     m = torch.full(x.shape[:-1] + (1,), float("-inf"), dtype=x.dtype,
@@ -43,6 +44,19 @@ def online_max_and_sum(x: torch.Tensor, block_size: int):
             dim=-1, keepdim=True)
         m = m_new
     return m, l
+
+
+def sequential_sum(x: torch.Tensor) -> torch.Tensor:
+    """Σ x over the last axis, one term at a time in x's dtype, rounding
+    after every addition -> (..., 1) (chapter 9).
+
+    A running sum kept wholly in 16 bits, unlike `torch.sum`, which on a
+    CPU accumulates float16 and bfloat16 in float32 and rounds once.
+    """
+    total = torch.zeros_like(x[..., :1])  # (..., 1)
+    for j in range(x.shape[-1]):
+        total = total + x[..., j:j + 1]  # rounded to x's dtype
+    return total
 
 
 def finite_or_zero(m: torch.Tensor) -> torch.Tensor:
