@@ -281,3 +281,28 @@ def test_head_scores_on_hand_made_patterns():
     assert gpt.previous_token_scores(induction).item() == 0
     with pytest.raises(ValueError, match="period must be from 1"):
         gpt.induction_scores(induction, T)
+
+
+def test_kneser_ney_matches_a_hand_count_and_sums_to_one():
+    text = "abracadabra"  # vocabulary a b c d r; 7 different pairs
+    vocab = gpt.vocabulary(text)
+    one, two = gpt.kneser_ney(text, vocab, 1), gpt.kneser_ney(text, vocab, 2)
+    # p(b) = (N(·b) + 1) / (7 + 5) = 2/12; "a" is followed 4 times by 3 kinds: b b c d
+    assert one("a", "b") == pytest.approx((2 - 0.75 + 0.75 * 3 * 2 / 12) / 4)
+    # N(·a·) = 3 (dab, rac, cad): p(c | a) = (0.25 + 0.75·3·2/12)/3; "ra" is followed once, by c
+    assert two("ra", "c") == pytest.approx(0.25 + 0.75 * (0.25 + 0.75 * 3 * 2 / 12) / 3)
+    assert two("", "r") == pytest.approx(2 / 12)  # no context: the continuation unigram
+    for model in (one, two):
+        for context in ("", "a", "ra", "dd", "rr", "b"):  # seen, unseen, cut short
+            assert sum(model(context, c) for c in vocab) == pytest.approx(1, abs=1e-12)
+
+
+def test_kneser_ney_sums_to_one_on_the_corpus_and_refuses_bad_arguments(text):
+    vocab = gpt.vocabulary(text)
+    model = gpt.kneser_ney(text[:20_000], vocab, 4)  # characters outside this stretch are never seen
+    for context in ("the ", "e ", "qqqq", "Zyx"):
+        assert sum(model(context, c) for c in vocab) == pytest.approx(1, abs=1e-12)
+    with pytest.raises(ValueError, match="k must be"):
+        gpt.kneser_ney(text, vocab, 0)
+    with pytest.raises(ValueError, match="not in the vocabulary"):
+        model("the", "\x00")

@@ -185,6 +185,52 @@ def bits(nats: float) -> float:
     return nats / math.log(2)
 
 
+def kneser_ney(train: str, vocab: list[str], k: int, discount: float = 0.75):
+    """Interpolated Kneser–Ney on characters, up to `k` characters of context (chapter 12's baseline;
+    Chen & Goodman, 1998, after Kneser & Ney, 1995): returns probability(context, c).
+
+    The longest usable context (k, or fewer at a window's start) takes its counts C(hc) minus `discount`;
+    each shorter one counts N(·hc), the different characters seen before hc; the shortest is an add-one
+    unigram of those. Each order gives the order below it weight discount · K(h) / C(h) (K(h): the
+    different characters after h), so every conditional sums to 1 over `vocab`. An unseen context passes
+    the shorter one's prediction on. Float64 sums of integer counts: the same on every machine."""
+    if k < 1:
+        raise ValueError(f"kneser_ney: k must be at least 1, got {k}")
+    if not 0 < discount < 1:
+        raise ValueError(f"kneser_ney: discount must lie in (0, 1), got {discount}")
+    known = set(vocab)
+
+    def grams(n):  # every n-character string of train, counted
+        return collections.Counter(train[i:i + n] for i in range(len(train) - n + 1))
+
+    def by_context(counts):  # hc -> count: also C(h) and K(h)
+        total, kinds = collections.Counter(), collections.Counter()
+        for hc, count in counts.items():
+            total[hc[:-1]] += count
+            kinds[hc[:-1]] += 1
+        return counts, total, kinds
+
+    raw = [None] + [by_context(grams(n + 1)) for n in range(1, k + 1)]  # raw[n]: n characters of context
+    continuation = [by_context(collections.Counter(ahc[1:] for ahc in grams(n + 2)))  # N(·hc)
+                    for n in range(k)]
+
+    def probability(context: str, c: str) -> float:
+        if c not in known:
+            raise ValueError(f"kneser_ney: {c!r} is not in the vocabulary of {len(vocab)} characters")
+        top = min(k, len(context))
+        before, total, _ = continuation[0]
+        p = (before[c] + 1) / (total[""] + len(vocab))  # add-one continuation unigram
+        for n in range(1, top + 1):
+            counts, total, kinds = raw[n] if n == top else continuation[n]
+            h = context[-n:]
+            if not total[h]:  # unseen: keep the shorter context's p
+                break
+            p = (max(counts[h + c] - discount, 0) + discount * kinds[h] * p) / total[h]
+        return p
+
+    return probability
+
+
 def learning_rate(step: int, config: GPTTrainConfig) -> float:
     """Linear warm-up to the peak, then a cosine towards a tenth of it,
     reached at step `config.steps`, the end of training (chapter 12)."""
