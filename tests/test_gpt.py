@@ -306,3 +306,18 @@ def test_kneser_ney_sums_to_one_on_the_corpus_and_refuses_bad_arguments(text):
         gpt.kneser_ney(text, vocab, 0)
     with pytest.raises(ValueError, match="not in the vocabulary"):
         model("the", "\x00")
+
+
+def test_a_schedule_off_at_one_step_is_told_which_part_and_not_mistaken_for_rounding():
+    """Exercise 12.6's last resort feedback: a rate off by more than rounding names the step, the relative
+    difference and the part of the schedule (a learner read 0.00389912 against 0.0038991 as rounding)."""
+    from attention_book.course.checks.ch12 import check_lr_schedule, schedule_variants
+
+    def off_at_the_end(peak, warmup, steps):
+        rates = schedule_variants(peak, warmup, steps)["right"]
+        rates[-1] *= 1 + 3e-5  # the last step of the cosine, slightly off
+        return rates
+
+    message = check_lr_schedule(off_at_the_end)
+    assert message is not None and "more than rounding" in message and "cosine" in message, message
+    assert "relative difference of 3.0e-05" in message, message

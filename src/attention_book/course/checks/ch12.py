@@ -323,7 +323,10 @@ def check_lr_schedule(lr_schedule, seed: int = 0) -> str | None:
                 return f"{where}: {SCHEDULE_FEEDBACK[name]}"
         step = next(s for s, (g, r) in enumerate(zip(got, variants["right"], strict=True))
                     if not math.isclose(g, r, rel_tol=1e-6, abs_tol=1e-12))
-        return f"{where}: step {step} should train at {variants['right'][step]:.6g}, yours gives {got[step]:.6g}"
+        right, part = variants["right"][step], "warm-up" if step < warmup else "cosine"
+        return (f"{where}: step {step} should train at {right:.10g}, yours gives {got[step]:.10g}, a relative "
+                f"difference of {abs(got[step] - right) / abs(right):.1e}, more than rounding: check the {part}'s "
+                f"formula at that step (which step it counts from, and what it divides by)")
     return None
 
 
