@@ -12,7 +12,7 @@ import attention_book
 from attention_book.decoder import Decoder, DecoderConfig, from_gpt2, generate, gpt2_name_map
 from attention_book.measure.gpt2 import NEEDS_HUB, gpt2_generation
 
-# GPT-2's own initial weights (std 0.02) are so small that a random model repeats one token whatever its
+# GPT-2's own initial weights (std 0.02 or less) are so small that a random model repeats one token whatever its
 # blocks compute; at 0.4 the blocks decide, and a weight in the wrong place changes the greedy tokens.
 SMALL = {"n_layer": 2, "n_embd": 48, "n_head": 4, "vocab_size": 97, "n_positions": 64, "initializer_range": 0.4}
 
@@ -189,6 +189,18 @@ def test_gpt2_generation_prints_transformers_tokens_and_speed(capsys):
     assert lines[1].startswith("with cache   :") and lines[2].startswith("without cache:")
     assert lines[3] == "The keys and values"
     assert all(len(line) <= 40 for line in lines[3:]) and len(lines) > 4
+
+
+def test_transformers_initial_weights_are_as_chapter_7_says():
+    """Cell 54: std 0.02, and 0.02 / sqrt(2 * layers) for each block's two output projections."""
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=256, n_positions=1280, n_embd=256, n_layer=4, n_head=4)
+    stds = {name: p.std().item() for name, p in GPT2LMHeadModel(config).named_parameters() if p.dim() == 2}
+    scaled = {name for name in stds if name.endswith("c_proj.weight")}
+    assert len(scaled) == 2 * config.n_layer
+    for name, std in stds.items():
+        expected = 0.02 / (2 * config.n_layer) ** 0.5 if name in scaled else 0.02
+        assert std == pytest.approx(expected, rel=0.05), name
 
 
 def test_the_stored_benchmark_holds_what_chapter_7_prints():
