@@ -5,7 +5,7 @@ one thread (as chapter 8's variant benchmark and chapter 7's profile). Every rou
 stored, so that the chapter takes ratios within a round (`round_ratios`) and gives their range over the
 rounds; each step's median, lowest and highest over the rounds are stored too. The machine is shared:
 its load average before and after the run is stored beside the result.
-Run from the repository root (about 10 minutes on a loaded 2-core CPU):  .venv/bin/python benchmarks/kv_cache.py
+Run from the repository root (17.5 minutes in the stored run, on a loaded 2-core CPU):  .venv/bin/python benchmarks/kv_cache.py
 The result goes to src/attention_book/data/kv_cache_cpu.json, which chapter 7 plots.
 """
 

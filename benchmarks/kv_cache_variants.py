@@ -12,7 +12,8 @@ timed steps). Each call appends a position, so round k (after one warm-up call) 
 positions: the median round about REPEATS / 2 more than the context, which chapter 8 prints. All the variants of a batch size
 take turns in one interleaved run of REPEATS rounds, so that the machine's slow moments fall on all of
 them alike; every row stores the median and the quartiles of its REPEATS timings. The machine was shared
-with other jobs while this ran: compare ratios within one batch size whose ranges do not overlap, never
+with other jobs while this ran (the stored result predates the load_before/load_after record; a re-run
+adds it): compare ratios within one batch size whose ranges do not overlap, never
 absolute times across runs. Two rows time the same configuration on purpose (the full cache at the
 longest context, and "MHA" among the variants): their gap shows how far identical work can drift.
 In the context rows, `cache_bytes_full` is what a full cache's step reads (the context's keys and values);
