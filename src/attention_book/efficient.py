@@ -30,7 +30,8 @@ def online_max_and_sum(x: torch.Tensor, block_size: int):
 
     When a block raises the maximum, the sum so far is rescaled by
     exp(m_old − m_new). For 16-bit x, PyTorch's CPU `sum` adds each block
-    in float32 and rounds once, so l is rounded once per block.
+    in float32 and rounds once; adding it to l rounds again (and so does
+    the rescale): a few 16-bit roundings per block, never one per term.
     """
     validate_block_size(block_size, "block_size")
     m = torch.full(x.shape[:-1] + (1,), float("-inf"), dtype=x.dtype,
