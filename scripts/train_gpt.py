@@ -6,13 +6,15 @@ weights to src/attention_book/data/gpt_weights.pt (a plain state_dict, loaded wi
 the curves, vocabulary, settings, machine and training time to src/attention_book/data/gpt.json, which
 chapter 12 reads. The recipe writes some rows of each batch as a real passage repeated
 (`GPTTrainConfig.repeat_fraction`); the same run without them (repeat_fraction 0) trains beside it, in a
-second process, and only its curves and time are stored ("without_repeats"), so the chapter can print
-what the repeats cost. Deterministic: a rerun on the same machine writes the same weights and curves, bit for
+second process; its curves and time are stored ("without_repeats") and its weights in
+src/attention_book/data/gpt_weights_plain.pt, so the chapter can print what the repeats cost and
+measure that model's heads. Deterministic: a rerun on the same machine writes the same weights and curves, bit for
 bit (tests/test_gpt.py checks it on a short run).
 
 Run from the repository root (two processes of one thread each, 5 to 20 minutes on a loaded 2-core CPU):  .venv/bin/python scripts/train_gpt.py
 `--corpus PYTHON [PYTHON ...]` instead rewrites gpt_corpus.json from the interpreters given (paths to
-python3.10 ... python3.13); it trains nothing.
+python3.10 ... python3.13); it trains nothing. `--plain-only` trains only the run without repeats
+(one process) and rewrites its weights and its "without_repeats" entry of gpt.json, nothing else.
 """
 
 import argparse
@@ -30,6 +32,7 @@ import torch
 from attention_book.gpt import (
     CORPUS_FILE,
     RESULT_FILE,
+    PLAIN_WEIGHTS_FILE,
     WEIGHTS_FILE,
     GPTTrainConfig,
     bits,
@@ -89,14 +92,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", nargs="+", metavar="PYTHON", help="rewrite gpt_corpus.json, train nothing")
     parser.add_argument("--steps", type=int, help="fewer steps, for a quick try (the stored run uses the default)")
+    parser.add_argument("--plain-only", action="store_true",
+                        help="train only the run without repeats; rewrite its weights and gpt.json entry")
     args = parser.parse_args()
     if args.corpus:
         return write_corpus(args.corpus)
     config = GPTTrainConfig() if args.steps is None else GPTTrainConfig(steps=args.steps)
     plain = dataclasses.replace(config, repeat_fraction=0.0)  # the same run, no repeated passages
+    if args.plain_only:
+        plain_weights, plain_curves, plain_seconds, _ = run(plain)
+        torch.save(plain_weights, DATA / PLAIN_WEIGHTS_FILE)
+        result = json.loads((DATA / RESULT_FILE).read_text())
+        # the stored time stays the paired run's (measured beside the recipe, as the chapter compares them)
+        result["without_repeats"] |= {"train": config_dict(plain), "curves": plain_curves}
+        (DATA / RESULT_FILE).write_text(json.dumps(result, indent=1) + "\n")
+        return print(f"{plain_seconds:.0f} s without repeats (stored time unchanged)")
     with multiprocessing.get_context("spawn").Pool(2) as pool:  # each run in its own one-thread process
-        (weights, curves, seconds, parameters), (_, plain_curves, plain_seconds, _) = pool.map(run, [config, plain])
+        (weights, curves, seconds, parameters), (plain_weights, plain_curves, plain_seconds, _) = pool.map(
+            run, [config, plain])
     torch.save(weights, DATA / WEIGHTS_FILE)
+    torch.save(plain_weights, DATA / PLAIN_WEIGHTS_FILE)
     text = corpus_text()
     result = {"machine": machine() | {"threads": THREADS, "note": "measured on a shared machine under load "
                                       "from other jobs, the two runs in parallel processes"},

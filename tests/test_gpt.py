@@ -144,17 +144,22 @@ def test_initial_loss_is_about_log_v(text):
     assert abs(loss - math.log(len(vocab))) < 0.1
 
 
-def test_stored_weights_give_the_stored_final_losses(text, trained):
-    model, stored = trained
-    config = gpt.GPTTrainConfig(**stored["train"])
+@pytest.mark.parametrize("without_repeats", [False, True])
+def test_stored_weights_give_the_stored_final_losses(text, without_repeats):
+    """Each stored model (with repeats, and the run without them) gives its own stored curve's end."""
+    model, stored = gpt.load_trained(without_repeats=without_repeats)
+    run = stored["without_repeats"] if without_repeats else stored
+    config = gpt.GPTTrainConfig(**run["train"])
+    assert config.repeat_fraction == (0.0 if without_repeats else gpt.GPTTrainConfig().repeat_fraction)
     train_ids, validation_ids = gpt.split(gpt.encode(text, stored["vocabulary"]), config.validation_fraction)
-    assert gpt.evaluate(model, train_ids, config) == pytest.approx(stored["curves"]["train"][-1], abs=1e-4)
-    assert gpt.evaluate(model, validation_ids, config) == pytest.approx(stored["curves"]["validation"][-1], abs=1e-4)
+    assert gpt.evaluate(model, train_ids, config) == pytest.approx(run["curves"]["train"][-1], abs=1e-4)
+    assert gpt.evaluate(model, validation_ids, config) == pytest.approx(run["curves"]["validation"][-1], abs=1e-4)
     assert stored["vocabulary"] == gpt.vocabulary(text)
 
 
-def test_stored_weights_are_small_and_load_without_pickle():
-    path = gpt.DATA.joinpath(gpt.WEIGHTS_FILE)
+@pytest.mark.parametrize("name", [gpt.WEIGHTS_FILE, gpt.PLAIN_WEIGHTS_FILE])
+def test_stored_weights_are_small_and_load_without_pickle(name):
+    path = gpt.DATA.joinpath(name)
     assert path.stat().st_size < 3 * 2**20
     with path.open("rb") as file:
         torch.load(file, weights_only=True)

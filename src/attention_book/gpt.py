@@ -24,6 +24,7 @@ from .multihead import head_weights
 
 DATA = resources.files("attention_book").joinpath("data")
 CORPUS_FILE, WEIGHTS_FILE, RESULT_FILE = "gpt_corpus.json", "gpt_weights.pt", "gpt.json"
+PLAIN_WEIGHTS_FILE = "gpt_weights_plain.pt"  # the same run without repeated passages
 
 
 @dataclass(frozen=True)
@@ -343,12 +344,13 @@ def config_dict(config) -> dict:
     return asdict(config)
 
 
-def load_trained() -> tuple[Decoder, dict]:
-    """The stored model of `scripts/train_gpt.py` and its stored results (curves, vocabulary, times)."""
+def load_trained(without_repeats: bool = False) -> tuple[Decoder, dict]:
+    """The stored model of `scripts/train_gpt.py` and its stored results (curves, vocabulary, times);
+    `without_repeats=True` loads the same run trained with no repeated passages (repeat_fraction 0)."""
     stored = json.loads(DATA.joinpath(RESULT_FILE).read_text())
-    config = GPTTrainConfig(**stored["train"])
+    config = GPTTrainConfig(**(stored["without_repeats"] if without_repeats else stored)["train"])
     model = Decoder(model_config(len(stored["vocabulary"]), config.context_length))
-    with DATA.joinpath(WEIGHTS_FILE).open("rb") as file:
+    with DATA.joinpath(PLAIN_WEIGHTS_FILE if without_repeats else WEIGHTS_FILE).open("rb") as file:
         state = torch.load(file, weights_only=True)
     model.load_state_dict(state)
     return model.eval(), stored
