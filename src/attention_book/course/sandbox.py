@@ -468,7 +468,7 @@ class Sandbox:
         self.deadline = self.notebook_deadline = time.monotonic() + timeout
         self.scratch = tempfile.mkdtemp(prefix="attention-book-grading-")
         self.weak, self.memory_mb, self.largest, self.spied, self.watched = weak, memory_mb, 0, {}, {}
-        self.preloaded: set[str] = set()  # modules the worker has imported (they stay across renewals)
+        self.preloaded: set[str] = set()  # modules the worker has imported (such a sandbox is not renewed)
         self.shm = SharedMemoryFiles() if weak else None  # the weak mode's /dev/shm, before the notebook
         if not weak and isolation() is not None:
             raise RuntimeError(f"the sandbox cannot isolate submissions here ({isolation()}); grade with --weak to "
@@ -526,10 +526,11 @@ class Sandbox:
         """Make this sandbox ready for the next notebook of the same student (never another student's):
         the worker kills every process the last notebook left and empties the scratch folder and /dev/shm
         (`worker.reset`), and the notebook's time starts again at `timeout` seconds. False, with the
-        sandbox closed, where that cannot be done (it ended, the weak mode, or the reset failed): the
-        caller starts a fresh one."""
-        if self.weak or self.ended or self.in_exercise:
-            self.close()
+        sandbox closed, where that cannot be done (it ended, the weak mode, the reset failed, or the worker
+        preloaded TensorFlow, whose memory would count against the next notebook): the caller starts a
+        fresh one."""
+        if self.weak or self.ended or self.in_exercise or self.preloaded:
+            self.close()  # a preloaded TensorFlow (about 0.5 GB) would count against the next notebook's memory
             return False
         self.deadline = self.notebook_deadline = time.monotonic() + timeout
         self.largest, self.spied, self.watched = 0, {}, {}
