@@ -90,8 +90,9 @@ class KeyValueCopies:
     call computes from the keys or values together with another tensor (a product with the queries or the
     weights: the scores, the context) is no longer the keys or values, and `used` records which of the
     given tensors (by position) reached such a call: an answer computed from them with nothing in `used`
-    was computed out of the watcher's sight; `reads` counts those calls per given tensor (a loop over the
-    heads reads shared latents once per head, a folded product once). (A dispatch mode would see matmul's copy itself, but it
+    was computed out of the watcher's sight; `reads` adds up how much of each given tensor those calls read
+    (a slice counts its share: a loop over the heads reads shared latents once per head, a loop over the
+    batch once in all, a folded product once). (A dispatch mode would see matmul's copy itself, but it
     imports torch._dynamo, which aborts a process that has loaded TensorFlow.) Chapter 3's ch3.mqa; in the
     grader's sandbox by `watch` (`WATCHERS["copies"]`)."""
 
@@ -111,7 +112,7 @@ class KeyValueCopies:
         self.elements = {t.untyped_storage().data_ptr(): (t.numel(), frozenset({i})) for i, t in enumerate(tensors)}
         self.copies: list[tuple[str, tuple[int, ...], int]] = []  # (the call, the copy's shape, source size)
         self.used: set[int] = set()  # the given tensors that met another tensor in a call (a product)
-        self.reads: dict[int, int] = {}  # given tensor -> how many such calls read it
+        self.reads: dict[int, float] = {}  # given tensor -> how many times such calls read it whole
 
         class Calls(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -145,8 +146,10 @@ class KeyValueCopies:
         origins = frozenset().union(*(found[1] for found in sources))
         if others or name in self._PRODUCTS:
             self.used |= origins
-            for origin in origins:
-                self.reads[origin] = self.reads.get(origin, 0) + 1
+            for tensor in tensors:  # how much of each given tensor this call read: a slice, part of it
+                if (found := self.source(tensor)) is not None:
+                    for origin in found[1]:
+                        self.reads[origin] = self.reads.get(origin, 0) + tensor.numel() / max(1, found[0])
             return  # not the keys or values alone: a product with the queries or the weights
         size = max(found[0] for found in sources)
         for made in out if isinstance(out, (tuple, list)) else (out,):
@@ -179,9 +182,12 @@ class KeyValueCopies:
         if not all(_count(i) and i < len(self.given) for i in used):
             raise ValueError(f"not positions of watched tensors: {str(used)[:60]}")
         self.used |= set(used)
+        if len(reads) > len(self.given):
+            raise ValueError("a watcher's report has more read counts than watched tensors")
         for entry in reads:
             if not (isinstance(entry, list) and len(entry) == 2 and _count(entry[0]) and entry[0] < len(self.given)
-                    and _count(entry[1])):
+                    and isinstance(entry[1], (int, float)) and not isinstance(entry[1], bool)
+                    and math.isfinite(entry[1]) and 0 <= entry[1] < 2**62):
                 raise ValueError(f"not a read count: {str(entry)[:60]}")
             self.reads[entry[0]] = self.reads.get(entry[0], 0) + entry[1]
 
