@@ -134,22 +134,23 @@ class KeyValueCopies:
     def look(self, name: str, given: list, out) -> None:
         given = given + [item for a in given if isinstance(a, (list, tuple)) for item in a]  # torch.cat([k, k])
         tensors = [a for a in given if isinstance(a, torch.Tensor)]
-        sources = [found for a in tensors if (found := self.source(a)) is not None]
-        if not sources:
+        found_in = [(a, found) for a in tensors if (found := self.source(a)) is not None]  # (tensor, its source)
+        if not found_in:
             return
+        sources = [found for _, found in found_in]
         if name in self._MATMULS and len(tensors) == 2 and min(t.dim() for t in tensors) >= 3:
             batch = broadcast_shape(*(t.shape[:-2] for t in tensors))
-            for t in tensors:
-                if (found := self.source(t)) is not None and t.shape[:-2] != batch:
+            for t, found in found_in:
+                if t.shape[:-2] != batch:
                     self.copies.append((name, (*batch, *t.shape[-2:]), found[0]))
-        others = [a for a in tensors if self.source(a) is None and a.is_floating_point() and a.numel() > 1]
+        watched_ids = {id(a) for a, _ in found_in}
+        others = [a for a in tensors if id(a) not in watched_ids and a.is_floating_point() and a.numel() > 1]
         origins = frozenset().union(*(found[1] for found in sources))
         if others or name in self._PRODUCTS:
             self.used |= origins
-            for tensor in tensors:  # how much of each given tensor this call read: a slice, part of it
-                if (found := self.source(tensor)) is not None:
-                    for origin in found[1]:
-                        self.reads[origin] = self.reads.get(origin, 0) + tensor.numel() / max(1, found[0])
+            for tensor, found in found_in:  # how much of each given tensor this call read: a slice, part of it
+                for origin in found[1]:
+                    self.reads[origin] = self.reads.get(origin, 0) + tensor.numel() / max(1, found[0])
             return  # not the keys or values alone: a product with the queries or the weights
         size = max(found[0] for found in sources)
         for made in out if isinstance(out, (tuple, list)) else (out,):
