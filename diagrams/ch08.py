@@ -158,7 +158,7 @@ def latent_attention(png_dir=None):
     box(ax, 4.9, 1.4, 1.9, 0.42, "q_lat (B, H, 1, d_c)", style="query", size=SMALL, rounded=False)
     box(ax, 4.9, 0.9, 1.9, 0.42, "RoPE → q_r (.., d_r)", style="query", size=SMALL, rounded=False)
     arrow(ax, (3.6, 1.15), (3.95, 1.15))
-    arrow(ax, (5.85, 1.15), (6.6, 2.0))
+    arrow(ax, (5.85, 1.15), (6.6, 2.0), "read", side="right", offset=0.06)
     text(ax, 6.2, 1.05, "scores (B, H, 1, S) =\nq_lat · c + q_r · k_r", size=SMALL, ha="left", linespacing=1.3)
     # output
     box(ax, 9.0, 1.2, 1.75, 0.6, "softmax, then\nΣ w c (B, H, 1, d_c)", style="tensor", size=SMALL)
