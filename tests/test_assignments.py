@@ -862,6 +862,20 @@ def test_top_p_over_all_tokens_before_top_k_is_caught_by_name():
         assert message is not None and "apply top-k first" in message, (seed, message)
 
 
+def test_filter_logits_that_changes_its_input_is_refused():
+    """Exercise 12.3: an answer that writes -inf into the caller's logits (a learner's answer passed before)
+    gets feedback saying so; the same filtering on a copy passes."""
+    def in_place(logits, top_k=None, top_p=None):
+        return logits.copy_(top_k_top_p(logits, top_k, top_p))
+
+    def on_a_copy(logits, top_k=None, top_p=None):
+        return in_place(logits.clone(), top_k, top_p)
+
+    assert ch12.check_filter_logits(on_a_copy) is None
+    message = ch12.check_filter_logits(in_place)
+    assert message is not None and "changed the logits it was given" in message, message
+
+
 def test_head_ablation_mistakes_get_their_own_feedback():
     """Exercise 12.4: a missing causal mask, kept heads scaled up, and zeroing only W_V's rows (the value
     bias still flows) each get a message naming the mistake, not only the first wrong number."""

@@ -148,7 +148,11 @@ def check_filter_logits(filter_logits, seed: int = 0) -> str | None:
             top_p = [None, round(float(torch.rand(1, generator=gen)) * 0.9 + 0.05, 2)][(case // 2) % 2]
         else:  # both, with p between the first token's share before and after top-k: the order decides
             top_k, top_p = 3, order_separating_p(logits, 3)
-        got = filter_logits(logits.clone(), top_k, top_p)
+        given = logits.clone()
+        got = filter_logits(given, top_k, top_p)
+        if not torch.equal(given, logits):
+            return ("filter_logits changed the logits it was given; return a new tensor (the caller may "
+                    "still need them, e.g. to sample again at another temperature)")
         expected = top_k_top_p(logits, top_k, top_p)
         if problem := shape_problem(got, expected.shape, "the filtered logits"):
             return problem
