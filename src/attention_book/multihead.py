@@ -171,8 +171,9 @@ class MultiHeadAttention(nn.Module):
 
         A Keras `GroupQueryAttention` works too (chapter 8): its kernels have the same layout, the key and
         value ones with H_kv heads, (E, H_kv, d_k), and it repeats each key/value head in place
-        (`ops.repeat` on the head axis), as this module's `repeat_interleave` does. Its gate and its
-        sliding window have no counterpart here and are refused.
+        (`ops.repeat` on the head axis), as this module's `repeat_interleave` does. Its gate has no
+        counterpart here, and its window is a mask here (chapter 5's `causal_mask(..., window=)`): both
+        are refused rather than dropped.
         """
         gate, window = getattr(layer, "use_gate", False), getattr(layer, "sliding_window", None)
         if gate or window is not None:
