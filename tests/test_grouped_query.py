@@ -1,6 +1,10 @@
 """Grouped-query and multi-query attention (chapter 8): equal to PyTorch's GQA and to multi-head attention
-with repeated key/value weights; cached decoding equals full recomputation; the cache shrinks H / H_kv times."""
+with repeated key/value weights and to Keras's GroupQueryAttention; cached decoding equals full recomputation;
+the cache shrinks H / H_kv times."""
 
+import os
+
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -96,3 +100,47 @@ def test_the_cache_is_num_heads_over_num_kv_heads_times_smaller(kv_heads):
 def test_num_kv_heads_must_divide_num_heads():
     with pytest.raises(ValueError, match="num_heads=6 is not a multiple of num_kv_heads=4"):
         ab.MultiHeadAttention(12, 6, num_kv_heads=4)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("heads, kv_heads", [(4, 2), (6, 3), (4, 1), (8, 2)])
+def test_from_keras_group_query_attention_equals_keras(heads, kv_heads, causal):
+    """Chapter 8: our module with a Keras `GroupQueryAttention`'s weights (key/value kernels (E, H_kv, d_k))
+    computes what Keras computes, on both of its paths (fused, and repeated heads with weights); the same
+    weights with the key/value heads copied in the wrong order do not."""
+    keras = keras_backend()
+    keras.utils.set_random_seed(heads + kv_heads)
+    x = np.random.default_rng(heads).standard_normal((2, 5, 12), dtype=np.float32)  # (B, T, E)
+    layer = keras.layers.GroupQueryAttention(3, heads, kv_heads, bias_initializer="random_normal")
+    expected = torch.tensor(np.asarray(layer(x, x, use_causal_mask=causal)))
+    ours = ab.MultiHeadAttention.from_keras(layer)
+    assert (ours.num_heads, ours.num_kv_heads, ours.head_dim) == (heads, kv_heads, 3)
+    with torch.no_grad():
+        for need_weights in (False, True):
+            out, _ = ours(torch.from_numpy(x), is_causal=causal, need_weights=need_weights)
+            torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+        if kv_heads > 1:  # key/value heads in reverse order: query group g reads another group's head
+            for linear in (ours.k_proj, ours.v_proj):
+                # (H_kv·d_k, ...) -> (H_kv, d_k, ...), heads reversed, -> (H_kv·d_k, ...)
+                linear.weight.copy_(linear.weight.unflatten(0, (kv_heads, 3)).flip(0).flatten(0, 1))
+                linear.bias.copy_(linear.bias.unflatten(0, (kv_heads, 3)).flip(0).flatten())
+            wrong, _ = ours(torch.from_numpy(x), is_causal=causal)
+            assert (wrong - expected).abs().max() > 1e-2
+
+
+def test_from_keras_refuses_a_gated_group_query_attention():
+    keras = keras_backend()
+    layer = keras.layers.GroupQueryAttention(3, 4, 2, use_gate=True)
+    x = np.zeros((1, 2, 12), dtype=np.float32)
+    layer(x, x)
+    with pytest.raises(ValueError, match="use_gate=True"):
+        ab.MultiHeadAttention.from_keras(layer)
+
+
+def keras_backend():
+    """Keras, imported the way the book's TensorFlow chapters do: no C++ log lines, no oneDNN kernels."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    import keras
+
+    return keras

@@ -167,7 +167,18 @@ class MultiHeadAttention(nn.Module):
 
     @classmethod
     def from_keras(cls, layer) -> "MultiHeadAttention":
-        """A copy of a built Keras `MultiHeadAttention` layer's weights in this module (chapter 3)."""
+        """A copy of a built Keras `MultiHeadAttention` layer's weights in this module (chapter 3).
+
+        A Keras `GroupQueryAttention` works too (chapter 8): its kernels have the same layout, the key and
+        value ones with H_kv heads, (E, H_kv, d_k), and it repeats each key/value head in place
+        (`ops.repeat` on the head axis), as this module's `repeat_interleave` does. Its gate has no
+        counterpart here, and its window is a mask here (chapter 5's `causal_mask(..., window=)`): both
+        are refused rather than dropped.
+        """
+        gate, window = getattr(layer, "use_gate", False), getattr(layer, "sliding_window", None)
+        if gate or window is not None:
+            raise ValueError(f"the Keras layer has use_gate={gate} and sliding_window={window}; this "
+                             "module has neither: build it with use_gate=False and sliding_window=None")
         arrays = {}
         for variable in layer.weights:
             name = KERAS_ARRAYS.get("/".join(variable.path.split("/")[-2:]))  # by the path's end, "query/kernel"
@@ -178,7 +189,8 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"the Keras layer has no {missing}: build it (call it once) and keep its biases")
         E, H, head_dim = arrays["query_kernel"].shape
         module = cls(arrays["output_kernel"].shape[-1], H, kdim=arrays["key_kernel"].shape[0],
-                     vdim=arrays["value_kernel"].shape[0], head_dim=head_dim)
+                     vdim=arrays["value_kernel"].shape[0], head_dim=head_dim,
+                     num_kv_heads=arrays["key_kernel"].shape[1])  # (E, H_kv, d_k): H_kv = H unless grouped
         copy_parameters(module, keras_attention_map(arrays), "the Keras layer has")
         return module
 
