@@ -2,6 +2,7 @@
 computes. Models are built from GPT2Config with random weights: nothing is downloaded."""
 
 import ast
+import statistics
 from pathlib import Path
 
 import pytest
@@ -208,9 +209,24 @@ def test_the_stored_benchmark_holds_what_chapter_7_prints():
 
     bench = load_result("gpt2_generate_cpu")
     seconds = bench["seconds"]
-    assert set(seconds) == {"package", "transformers", "transformers_static"}
+    assert set(seconds) == {"package", "transformers", "transformers_static", "transformers_compiled"}
     for name, ratio in bench["ratio"].items():
         assert ratio == pytest.approx(seconds["package"] / seconds[name])
+    rounds = bench["seconds_per_round"]  # every round's times: the spread chapter 7 prints
+    assert all(len(times) == bench["rounds"] for times in rounds.values())
+    for name, seconds_of_name in seconds.items():
+        assert seconds_of_name == pytest.approx(statistics.median(rounds[name]))
+
+    def per_round(method, baseline):
+        ratios = [a / b for a, b in zip(rounds[method], rounds[baseline], strict=True)]
+        return {"median": statistics.median(ratios), "lowest": min(ratios), "highest": max(ratios)}
+
+    for name, spread in bench["ratio_per_round"].items():
+        assert spread == pytest.approx(per_round("package", name))
+    assert bench["compiled_over_static_per_round"] == pytest.approx(
+        per_round("transformers_compiled", "transformers_static"))
+    assert set(bench["first_call_seconds"]) == set(seconds)
+    assert {"1 min", "5 min", "cores"} <= set(bench["load_before"]) & set(bench["load_after"])
     floor = max(bench["floor_seconds_per_token"].values())
     assert bench["floor_fraction"]["package"] == pytest.approx(floor / bench["seconds_per_token"]["package"])
     assert {"cpu", "threads", "transformers"} <= set(bench["machine"])
