@@ -862,6 +862,25 @@ def test_top_p_over_all_tokens_before_top_k_is_caught_by_name():
         assert message is not None and "apply top-k first" in message, (seed, message)
 
 
+def test_block_without_scaling_and_loss_that_overflows_get_their_own_feedback():
+    """Exercises 12.1 and 12.2, from a learner's read: a block whose scores are not divided by sqrt(d_k) is
+    told so (it got only a wrong number), and a loss taken as log(sum(exp)) without the maximum, which
+    overflows on large logits, is told to use log_softmax (it passed)."""
+    def unscaled_block(x, w, H):
+        return ch12.block_variants(_block(w, H), x)["no scaling"]
+
+    def naive_loss(logits, tokens):
+        p = logits[:, :-1].exp() / logits[:, :-1].exp().sum(-1, keepdim=True)  # overflows past about 88
+        return -p.gather(-1, tokens[:, 1:, None]).log().mean()
+
+    message = ch12.check_block(unscaled_block)
+    assert message is not None and "divide q·k by sqrt(d_k)" in message, message
+    message = ch12.check_lm_loss(naive_loss)
+    assert message is not None and "exp overflows" in message, message
+    assert ch12.check_lm_loss(lambda logits, tokens: torch.nn.functional.cross_entropy(
+        logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())) is None
+
+
 def test_filter_logits_that_changes_its_input_is_refused():
     """Exercise 12.3: an answer that writes -inf into the caller's logits (a learner's answer passed before)
     gets feedback saying so; the same filtering on a copy passes."""

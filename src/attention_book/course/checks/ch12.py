@@ -30,13 +30,23 @@ def block_variants(block: DecoderBlock, x: torch.Tensor) -> dict[str, torch.Tens
         T = h.shape[-2]
         return mha(h, mask=torch.ones(T, T, dtype=torch.bool).tril() if causal else None)[0]
 
+    def unscaled(h):  # the causal attention without 1/sqrt(d_k)
+        B, T, E = h.shape
+        H, d = mha.num_heads, mha.head_dim
+        q, k, v = (proj(h).view(B, T, H, d).transpose(1, 2) for proj in (mha.q_proj, mha.k_proj, mha.v_proj))
+        scores = (q @ k.mT).masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))  # (B, H, T, T)
+        heads = scores.softmax(-1) @ v  # (B, H, T, d)
+        return mha.out_proj(heads.transpose(1, 2).reshape(B, T, H * d))  # (B, T, E)
+
     def mlp(h, approximate="tanh"):
         return block.mlp[2](F.gelu(block.mlp[0](h), approximate=approximate))
 
     y = x + attention(block.norm1(x), causal=False)
     x1 = x + attention(block.norm1(x))
     post = block.norm1(x + attention(x))
+    x2 = x + unscaled(block.norm1(x))
     return {
+        "no scaling": x2 + mlp(block.norm2(x2)),
         "no mask": y + mlp(block.norm2(y)),
         "exact gelu": x1 + mlp(block.norm2(x1), approximate="none"),
         "post-norm": block.norm2(post + mlp(post)),
@@ -46,6 +56,7 @@ def block_variants(block: DecoderBlock, x: torch.Tensor) -> dict[str, torch.Tens
 
 
 BLOCK_FEEDBACK = {
+    "no scaling": "the scores are not scaled: divide q·k by sqrt(d_k), d_k = E / H, before the softmax",
     "no mask": "position 0 sees later positions: set the scores of keys j > i to -inf before the softmax",
     "exact gelu": "GPT-2's GELU is the tanh approximation: F.gelu(h, approximate='tanh')",
     "post-norm": "that is a post-norm block, norm(x + f(x)); GPT-2 normalises the input of each branch: "
@@ -82,17 +93,20 @@ def check_block(block_by_hand, seed: int = 0) -> str | None:
 def check_lm_loss(lm_loss_by_hand, seed: int = 0) -> str | None:
     """Chapter 12: logits (B, T, V) of a model run on tokens (B, T) -> the mean cross-entropy of predicting
     token t + 1 at position t, over all B·(T − 1) positions (nats)."""
-    for case in range(CASES):
+    for case in range(CASES + 1):
         gen = case_generator(seed, case)
         B, T, V = sizes(gen, 3, 6)
         T, V = T + 2, V + 2
-        logits = torch.randn(B, T, V, generator=gen) * 2
+        logits = torch.randn(B, T, V, generator=gen) * (2 if case < CASES else 100)  # the last: exp overflows
         tokens = torch.randint(0, V, (B, T), generator=gen)
         got = lm_loss_by_hand(logits.clone(), tokens.clone())
         if not isinstance(got, torch.Tensor) or got.dim() != 0:
             shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
             return f"the loss should be one number, a tensor of shape (), yours is {shape}"
         expected = F.cross_entropy(logits[:, :-1].reshape(-1, V), tokens[:, 1:].reshape(-1))
+        if not math.isfinite(got.item()):
+            return (f"your loss is {got.item()} for logits as large as {logits.abs().max().item():.0f}: exp "
+                    "overflows; take log_softmax (or subtract each row's maximum before exp)")
         if math.isclose(got.item(), expected.item(), rel_tol=1e-5, abs_tol=1e-6):
             continue
         per = F.cross_entropy(logits[:, :-1].transpose(1, 2), tokens[:, 1:], reduction="none")  # (B, T − 1)
