@@ -11,8 +11,8 @@ stored, and each ratio with its range over the rounds. Beside them, the floor of
 a cached step: its FLOPs over this CPU's large-matmul FLOP/s, and its bytes over its copy bandwidth, both
 measured in the same interleaved rounds, so that they see the machine as loaded as the generations do.
 The bytes' time is a floor only where they must come from memory: this model's weights and cache (about
-16 MB) fit in a 32 MiB last-level cache, which re-reads them faster (chapter 7 says so). The machine's load
-is stored before and after the run.
+16 MB) would fit in the profile run's 32 MiB last-level cache, which re-reads them faster; this run records
+no cache size. The machine's load is stored before and after the run.
 
 Run from the repository root (a few minutes on a 2-core CPU):  .venv/bin/python benchmarks/gpt2_generate.py
 The result goes to src/attention_book/data/gpt2_generate_cpu.json, which chapter 7 quotes.
