@@ -17,6 +17,8 @@ import threading
 
 import torch
 
+from ..attention import broadcast_shape as attention_broadcast_shape
+
 PRODUCTS = {"__matmul__", "__rmatmul__", "matmul", "mm", "bmm", "einsum", "tensordot", "linear", "addmm", "mv"}
 
 
@@ -67,17 +69,13 @@ def plain(value):
 
 
 def broadcast_shape(*shapes) -> tuple[int, ...]:
-    """The shape `shapes` broadcast to (NumPy's rule), in plain Python: `torch.broadcast_shapes` imports
-    torch.fx's symbolic shapes on its first call, half a minute inside the grader's import guard.
-    ValueError if they do not broadcast."""
-    rank = max(map(len, shapes), default=0)
-    out = []
-    for sizes in zip(*((1,) * (rank - len(s)) + tuple(s) for s in shapes), strict=True):
-        larger = {n for n in sizes if n != 1}
-        if len(larger) > 1:
-            raise ValueError(f"shapes {[tuple(s) for s in shapes]} do not broadcast")
-        out.append(larger.pop() if larger else 1)
-    return tuple(out)
+    """The shape `shapes` broadcast to (NumPy's rule), by the package's plain-Python `attention.broadcast_shape`:
+    `torch.broadcast_shapes` imports torch.fx's symbolic shapes on its first call, half a minute inside the
+    grader's import guard. ValueError if they do not broadcast."""
+    shape = attention_broadcast_shape(*shapes)
+    if shape is None:
+        raise ValueError(f"shapes {[tuple(s) for s in shapes]} do not broadcast")
+    return shape
 
 
 class KeyValueCopies:

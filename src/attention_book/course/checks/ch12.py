@@ -6,6 +6,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ...attention import scaled_dot_product_attention
 from ...decoder import DecoderBlock, DecoderConfig
 from ...gpt import GPTTrainConfig, learning_rate, top_k_top_p
 from ...multihead import MultiHeadAttention
@@ -34,9 +35,8 @@ def block_variants(block: DecoderBlock, x: torch.Tensor) -> dict[str, torch.Tens
         B, T, E = h.shape
         H, d = mha.num_heads, mha.head_dim
         q, k, v = (proj(h).view(B, T, H, d).transpose(1, 2) for proj in (mha.q_proj, mha.k_proj, mha.v_proj))
-        scores = (q @ k.mT).masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))  # (B, H, T, T)
-        heads = scores.softmax(-1) @ v  # (B, H, T, d)
-        return mha.out_proj(heads.transpose(1, 2).reshape(B, T, H * d))  # (B, T, E)
+        heads, _ = scaled_dot_product_attention(q, k, v, torch.ones(T, T, dtype=torch.bool).tril(), scale=1.0)
+        return mha.out_proj(heads.transpose(1, 2).reshape(B, T, H * d))  # (B, H, T, d) -> (B, T, E)
 
     def mlp(h, approximate="tanh"):
         return block.mlp[2](F.gelu(block.mlp[0](h), approximate=approximate))
